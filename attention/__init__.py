@@ -1,0 +1,24 @@
+"""attention: the forward pass of "Attention Is All You Need" in plain numpy.
+
+Softmax, scaled dot-product attention, self- and multi-head attention with the seed
+script's random weights, sinusoidal positional encoding, causal and padding masks, the
+toy vocabulary, an encoder block and stack, and the seed's five demos as data.
+Every function takes leading batch axes; float32 in means float32 throughout.
+No training, no web code: the HTTP service imports this, never the other way round.
+"""
+
+from .demos import DEMOS, Demo
+from .encoder import Encoder, EncoderBlock, layer_norm
+from .errors import AttentionError, UnknownTokenError
+from .functional import AttentionTrace, scaled_dot_product_attention, softmax, trace_attention
+from .layers import MultiHeadAttention, SelfAttention
+from .masks import causal_mask, padding_mask
+from .positional import positional_encoding
+from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
+
+__all__ = [
+    "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionTrace", "Demo", "Encoder",
+    "EncoderBlock", "MultiHeadAttention", "SelfAttention", "UnknownTokenError", "causal_mask", "embed",
+    "layer_norm", "padding_mask", "positional_encoding", "scaled_dot_product_attention", "softmax",
+    "trace_attention",
+]

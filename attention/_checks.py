@@ -1,0 +1,70 @@
+"""Argument checks shared by the engine's public functions.
+
+They turn whatever the caller passed into a float array of the engine's working dtype
+(float32 stays float32, everything else becomes float64) and raise ``AttentionError``
+naming the argument when a rank, a dimension or a value is wrong.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import AttentionError
+
+
+def working_dtype(*arrays: np.ndarray) -> np.dtype:
+    """float32 when every input is float32, float64 otherwise (the seed's precision)."""
+    if arrays and all(a.dtype == np.float32 for a in arrays):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
+    """``value`` as a real (non-boolean) numeric array of rank >= ``min_rank``, all finite.
+
+    float32 is kept; other real types are converted to float64 later by ``working_dtype``.
+    """
+    array = np.asarray(value)
+    if array.dtype == bool or array.dtype.kind not in "fiu":
+        raise AttentionError(name, f"expected a real numeric array, got dtype {array.dtype}")
+    if array.ndim < min_rank:
+        raise AttentionError(name, f"expected rank >= {min_rank}, got shape {array.shape}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise AttentionError(name, "values must be finite (no NaN or infinity)")
+    return array
+
+
+def as_bool_mask(mask, name: str, target: tuple[int, ...]) -> np.ndarray:
+    """A boolean mask (True = may attend) that broadcasts to ``target`` (..., n_q, n_k)."""
+    array = np.asarray(mask)
+    if array.dtype != bool:
+        raise AttentionError(name, f"expected a boolean array (True = may attend), got dtype {array.dtype}")
+    try:
+        fits = np.broadcast_shapes(array.shape, target) == tuple(target)
+    except ValueError:
+        fits = False
+    if not fits or array.ndim < 1:
+        raise AttentionError(name, f"shape {array.shape} does not broadcast to {tuple(target)} (..., n_q, n_k)")
+    return array
+
+
+def positive_int(value, name: str) -> int:
+    """A strictly positive Python int (booleans and fractions refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise AttentionError(name, f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def seed_int(value, name: str = "seed") -> int:
+    """A non-negative integer seed for ``np.random.default_rng``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise AttentionError(name, f"expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def check_shape(array: np.ndarray, name: str, expected: tuple[int, ...], meaning: str) -> None:
+    """Raise unless ``array.shape == expected``; ``meaning`` spells the axes, e.g. '(d_model, d_k)'."""
+    if array.shape != tuple(expected):
+        raise AttentionError(name, f"expected shape {meaning} = {tuple(expected)}, got {array.shape}")

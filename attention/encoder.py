@@ -1,0 +1,83 @@
+"""The encoder block and the encoder stack (the seed's summary, points 6 and 7).
+
+    block   = multi-head attention -> add & layer norm -> feed-forward -> add & layer norm
+    encoder = N blocks, each feeding the next (N = 6 in the paper)
+
+The residual "add" lets each sub-layer learn a correction instead of a whole new
+representation; layer norm keeps every token's vector at mean 0, variance 1 so a deep
+stack stays numerically tame. Nothing here is learned: the norm has unit scale and zero
+shift, and the weights are random draws from a seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import positive_int, seed_int
+from .layers import MultiHeadAttention
+
+LAYER_NORM_EPS = 1e-5        # PyTorch's default: keeps a constant row from dividing by zero
+FEED_FORWARD_SEED_OFFSET = 200
+LAYER_SEED_STRIDE = 1000     # layer i of an Encoder is EncoderBlock(seed = seed + 1000 * i)
+
+
+def layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
+    """Normalise each row (last axis) to mean 0 and variance 1: unit scale, zero shift."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + x.dtype.type(eps))
+
+
+class EncoderBlock:
+    """One transformer encoder block over X (..., n, d_model).
+
+    Seeded: the attention is ``MultiHeadAttention(d_model, n_heads, seed)``; the
+    feed-forward weights W_1 (d_model, d_ff) ~ N(0, 1/sqrt(d_model)) and
+    W_2 (d_ff, d_model) ~ N(0, 1/sqrt(d_ff)) come, in that order, from
+    default_rng(seed + 200); biases are zero.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, seed: int = 0) -> None:
+        self.attention = MultiHeadAttention(d_model, n_heads, seed)
+        self.d_model = self.attention.d_model
+        self.d_ff = 4 * self.d_model if d_ff is None else positive_int(d_ff, "d_ff")
+        rng = np.random.default_rng(seed_int(seed) + FEED_FORWARD_SEED_OFFSET)
+        self.w_1 = rng.normal(0, 1 / np.sqrt(self.d_model), (self.d_model, self.d_ff))
+        self.w_2 = rng.normal(0, 1 / np.sqrt(self.d_ff), (self.d_ff, self.d_model))
+        self._w = {np.dtype(np.float64): (self.w_1, self.w_2)}
+
+    def feed_forward(self, x: np.ndarray) -> np.ndarray:
+        """Position-wise: each token alone goes through ReLU(x W_1) W_2, (..., n, d_model)."""
+        key = x.dtype
+        if key not in self._w:
+            self._w[key] = (self.w_1.astype(key), self.w_2.astype(key))
+        w_1, w_2 = self._w[key]
+        hidden = x @ w_1                                  # (..., n, d_ff)
+        np.maximum(hidden, 0, out=hidden)                 # ReLU
+        return hidden @ w_2                               # (..., n, d_model)
+
+    def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
+        """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None)."""
+        attended, weights = self.attention(X, mask, causal=causal, return_weights=return_weights)
+        x = layer_norm(np.asarray(X, dtype=attended.dtype) + attended)   # add & norm
+        x = layer_norm(x + self.feed_forward(x))                         # add & norm
+        return x, weights
+
+
+class Encoder:
+    """``n_layers`` encoder blocks; layer i is ``EncoderBlock(..., seed=seed + 1000 * i)``."""
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 6, d_ff: int | None = None, seed: int = 0):
+        seed = seed_int(seed)
+        self.blocks = [
+            EncoderBlock(d_model, n_heads, d_ff, seed + LAYER_SEED_STRIDE * i)
+            for i in range(positive_int(n_layers, "n_layers"))
+        ]
+
+    def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
+        """X (..., n, d_model) -> (output (..., n, d_model), [weights (..., h, n, n) per layer])."""
+        x, per_layer = X, []
+        for block in self.blocks:                          # layers are sequential by nature
+            x, weights = block(x, mask, causal=causal, return_weights=return_weights)
+            per_layer.append(weights)
+        return x, per_layer

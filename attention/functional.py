@@ -1,0 +1,280 @@
+"""Scaled dot-product attention, the whole paper in one function (section 3.2.1):
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Two implementations of the same maths live here:
+
+* ``_attend``: the fast one. It walks the queries in tiles so each tile of scores is
+  written once, normalised in place while it is still in cache, and multiplied by V
+  straight away. With ``return_weights`` the tiles are the returned weights array
+  itself; without, one scratch tile is reused. No Python loop over heads or batch
+  items: the loop is over cache-sized tiles, and small problems are a single tile.
+* ``trace_attention``: the teaching one. It keeps every intermediate (raw scores,
+  scaled scores, masked scores, weights, output) so a learner can see each stage.
+
+Shapes: Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v); the leading "..."
+(batch, heads) broadcast against each other. Masks are boolean, True = may attend
+(PyTorch's convention), broadcastable to (..., n_q, n_k).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._checks import as_bool_mask, as_real_array, working_dtype
+from .errors import AttentionError
+
+# Elements in one score tile: 2**17 float64 = 1 MiB, about what one core's L2 holds.
+TILE_ELEMENTS = 1 << 17
+
+
+# ---------------------------------------------------------------------------
+# softmax
+# ---------------------------------------------------------------------------
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Turn scores into probabilities along ``axis`` (each slice sums to 1).
+
+    Subtracting the maximum first changes nothing mathematically (it cancels in the
+    ratio) but keeps ``exp`` from overflowing. A slice that is entirely ``-inf`` (every
+    position masked) has no probability mass to share: it comes back all zeros, not NaN.
+    """
+    x = np.asarray(x)
+    if x.dtype.kind not in "fiu" or x.dtype == bool:
+        raise AttentionError("x", f"expected a real numeric array, got dtype {x.dtype}")
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise AttentionError("x", "values must not be NaN or +infinity (-infinity means 'masked')")
+    x = x.astype(working_dtype(x), copy=False)
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak[np.isneginf(peak)] = 0.0                      # fully masked slice: avoid -inf - -inf
+    e = np.exp(x - peak)
+    total = np.sum(e, axis=axis, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def _softmax_rows_inplace(tile: np.ndarray) -> None:
+    """Softmax over the last axis of ``tile``, overwriting it (masked cells hold -inf).
+
+    Rows with no allowed key become all zeros. A row whose maximum is +inf or NaN can
+    only come from scores that overflowed: that is the caller's input, reported as such.
+    """
+    peak = tile.max(axis=-1, keepdims=True)             # (..., t, 1)
+    if not np.isfinite(peak).all():
+        if np.isnan(peak).any() or np.isposinf(peak).any():
+            raise AttentionError("query", "attention scores overflowed: input values are too large")
+        peak[np.isneginf(peak)] = 0.0                   # rows with every key masked
+    tile -= peak
+    np.exp(tile, out=tile)
+    total = tile.sum(axis=-1, keepdims=True)            # (..., t, 1)
+    np.divide(1.0, total, out=total, where=total > 0)   # rows of zeros stay zero
+    tile *= total
+
+
+# ---------------------------------------------------------------------------
+# the fast kernel
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Mask:
+    """A user mask (at least 2-D) and the batch shape its leading axes broadcast to.
+
+    The mask is never broadcast whole: each tile takes only the cells it needs.
+    """
+
+    array: np.ndarray
+    batch_shape: tuple[int, ...]
+
+    def tile(self, groups: slice, queries: slice) -> np.ndarray:
+        """The mask cells of one tile: (t|1, n_k|1) when shared by every group, else (g, t|1, n_k|1)."""
+        mask = self.array
+        rows = queries if mask.shape[-2] > 1 else slice(None)
+        if all(size == 1 for size in mask.shape[:-2]):
+            return mask.reshape(mask.shape[-2:])[rows]
+        full = np.broadcast_to(mask, (*self.batch_shape, *mask.shape[-2:]))
+        index = np.unravel_index(np.arange(groups.start, groups.stop), self.batch_shape)
+        return full[(*index, rows)]
+
+
+def _tiles(groups: int, n_q: int, n_k: int):
+    """Slices (group range, query range) covering (groups, n_q) in cache-sized tiles."""
+    rows = max(1, min(n_q, TILE_ELEMENTS // max(n_k, 1)))
+    group_step = max(1, TILE_ELEMENTS // (rows * max(n_k, 1)))
+    for g0, q0 in itertools.product(range(0, groups, group_step), range(0, n_q, rows)):
+        yield slice(g0, min(g0 + group_step, groups)), slice(q0, min(q0 + rows, n_q))
+
+
+def _allowed_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, causal: bool):
+    """Allowed cells of one tile, broadcastable to (g, t, n_k); None when every cell is allowed."""
+    allowed = None
+    if causal:                                          # key j visible to query i iff j <= i
+        q_idx = np.arange(queries.start, queries.stop)[:, None]
+        allowed = q_idx >= np.arange(n_k)[None, :]      # (t, n_k)
+    if mask is not None:
+        user = mask.tile(groups, queries)
+        allowed = user if allowed is None else (user & allowed)
+    return allowed
+
+
+def _attend(q, k, v, mask, scale: float, causal: bool, return_weights: bool):
+    """softmax(q k^T * scale) v over tiles. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
+
+    ``mask`` is None or a ``_Mask`` whose batch shape has G elements.
+    Returns output (G, n_q, d_v) and weights (G, n_q, n_k) or None.
+    """
+    groups, n_q, _ = q.shape
+    n_k, d_v = v.shape[-2:]
+    q = q * scale                                       # fold the scale into Q: n*d_k work, not n*n
+    k_t = k.swapaxes(-1, -2)                            # (G, d_k, n_k), a view
+    output = np.empty((groups, n_q, d_v), dtype=q.dtype)
+    weights = np.empty((groups, n_q, n_k), dtype=q.dtype) if return_weights else None
+    scratch = None
+    for gs, qs in _tiles(groups, n_q, n_k):
+        if weights is not None:
+            tile = weights[gs, qs]                      # write scores straight into the result
+        else:
+            shape = (gs.stop - gs.start, qs.stop - qs.start, n_k)
+            if scratch is None or scratch.shape != shape:
+                scratch = np.empty(shape, dtype=q.dtype)
+            tile = scratch
+        np.matmul(q[gs, qs], k_t[gs], out=tile)         # (g, t, n_k) scaled scores
+        allowed = _allowed_tile(mask, gs, qs, n_k, causal)
+        if allowed is not None:
+            np.copyto(tile, -np.inf, where=~allowed)    # -inf, not 0: 0 is an ordinary score
+        _softmax_rows_inplace(tile)
+        np.matmul(tile, v[gs], out=output[gs, qs])      # (g, t, d_v) weighted blend of values
+    return output, weights
+
+
+# ---------------------------------------------------------------------------
+# argument handling shared by the public entry points
+# ---------------------------------------------------------------------------
+def _prepare(Q, K, V, mask, scale):
+    """Checked same-dtype q, k, v (batch axes that broadcast), the checked mask and the scale."""
+    q = as_real_array(Q, "query", 2)
+    k = as_real_array(K, "key", 2)
+    v = as_real_array(V, "value", 2)
+    dtype = working_dtype(q, k, v)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    if k.shape[-1] != q.shape[-1]:
+        raise AttentionError("key", f"expected last axis d_k = {q.shape[-1]} (query's), got shape {k.shape}")
+    if v.shape[-2] != k.shape[-2]:
+        raise AttentionError("value", f"expected n_k = {k.shape[-2]} rows (key's), got shape {v.shape}")
+    try:
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise AttentionError(
+            "key", f"batch axes of query {q.shape}, key {k.shape} and value {v.shape} do not broadcast"
+        ) from None
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        mask = as_bool_mask(mask, "mask", (*batch, n_q, n_k))
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])            # variance of q.k grows with d_k; pull it back to ~1
+    elif isinstance(scale, bool) or not np.isfinite(scale):
+        raise AttentionError("scale", f"expected a finite number, got {scale!r}")
+    return q, k, v, mask, float(scale)
+
+
+def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
+    """(..., n, d) broadcast to (*batch, n, d) and flattened to (G, n, d), contiguous."""
+    full = np.broadcast_to(a, (*batch, *a.shape[-2:]))
+    return np.ascontiguousarray(full.reshape(-1, *a.shape[-2:]))
+
+
+def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True):
+    """Fast path on already-checked arrays with batch shape ``batch``: see ``scaled_dot_product_attention``.
+
+    Used by the layers, which have validated and projected their inputs already.
+    """
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
+    out, weights = _attend(
+        _flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, scale, causal, return_weights
+    )
+    out = out.reshape(*batch, n_q, v.shape[-1])
+    if weights is not None:
+        weights = weights.reshape(*batch, n_q, n_k)
+    return out, weights
+
+
+# ---------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------
+def scaled_dot_product_attention(
+    Q, K, V, mask=None, verbose: bool = False, *, scale: float | None = None,
+    causal: bool = False, return_weights: bool = True,
+):
+    """softmax(Q K^T * scale) V, with scale = 1/sqrt(d_k) unless given.
+
+    Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v); leading axes broadcast.
+    ``mask``: boolean, True = may attend, broadcastable to (..., n_q, n_k). ``causal``
+    additionally hides key j from query i when j > i. A query with no visible key gets
+    all-zero weights and an all-zero output.
+
+    Returns ``(output (..., n_q, d_v), weights (..., n_q, n_k))``; weights is None when
+    ``return_weights`` is False (faster: the weights are never stored). ``verbose``
+    prints the scaled scores and weights, as the seed script does.
+    """
+    q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
+    output, weights = attend(q, k, v, mask, scale=scale, causal=causal, return_weights=return_weights or verbose)
+    if verbose:
+        _print_stages(trace_attention(q, k, v, mask, scale=scale, causal=causal))
+    return output, (weights if return_weights else None)
+
+
+@dataclass(frozen=True)
+class AttentionTrace:
+    """Every stage of one attention computation, for teaching.
+
+    scores: Q K^T (..., n_q, n_k); scaled_scores: scores * scale; masked_scores: the
+    scaled scores as a ``np.ma.MaskedArray`` whose hidden cells are masked (softmax
+    treats them as -inf); weights: softmax of the masked scores; output: weights @ V.
+    q, k, v: the projected inputs for self/multi-head attention (None for plain attention).
+    """
+
+    scores: np.ndarray
+    scaled_scores: np.ndarray
+    masked_scores: np.ma.MaskedArray
+    weights: np.ndarray
+    output: np.ndarray
+    q: np.ndarray | None = None
+    k: np.ndarray | None = None
+    v: np.ndarray | None = None
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """Plain arrays by stage name; masked cells of ``masked_scores`` are NaN (JSON null)."""
+        stages = {
+            "scores": self.scores,
+            "scaled_scores": self.scaled_scores,
+            "masked_scores": self.masked_scores.filled(np.nan),
+            "weights": self.weights,
+            "output": self.output,
+        }
+        extra = {name: a for name, a in (("q", self.q), ("k", self.k), ("v", self.v)) if a is not None}
+        return {**extra, **stages}
+
+
+def trace_attention(Q, K, V, mask=None, *, scale: float | None = None, causal: bool = False) -> AttentionTrace:
+    """The same computation as ``scaled_dot_product_attention``, keeping every intermediate."""
+    q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scores = q @ k.swapaxes(-1, -2)                     # (..., n_q, n_k) raw similarity
+    scaled = scores * scale                             # (..., n_q, n_k)
+    allowed = np.ones((n_q, n_k), dtype=bool) if mask is None else mask
+    if causal:
+        allowed = allowed & np.tri(n_q, n_k, dtype=bool)
+    hidden = ~np.broadcast_to(allowed, scaled.shape)
+    masked = np.ma.masked_array(scaled, mask=hidden)
+    weights = np.where(hidden, -np.inf, scaled)
+    _softmax_rows_inplace(weights)
+    return AttentionTrace(scores, scaled, masked, weights, weights @ v)
+
+
+def _print_stages(trace: AttentionTrace) -> None:
+    """What the seed's ``verbose=True`` prints, with each stage named for what it is."""
+    print("  scaled scores (QK^T / sqrt(d_k)):\n", trace.scaled_scores)
+    print("  attention weights (each row sums to 1):\n", trace.weights)
+    print("  row sums:", trace.weights.sum(axis=-1))

@@ -1,0 +1,186 @@
+"""Self-attention and multi-head attention layers with the seed script's random weights.
+
+Self-attention: Q, K and V are three projections of the *same* input, because a token
+plays three roles at once: what it looks for (Q), what it offers to be found by (K), and
+what it hands over when chosen (V). Multi-head attention runs h such projections side by
+side in d_model / h dims each, so h kinds of relationship are tracked at once, then
+concatenates the heads and mixes them with W_o (section 3.2.2).
+
+Weights are random (nothing is trained here) and drawn exactly as the seed script does,
+so seed=0 reproduces its numbers. Explicit weights may be passed instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, working_dtype
+from .errors import AttentionError
+from .functional import AttentionTrace, attend, scaled_dot_product_attention, trace_attention
+
+WEIGHT_STD = 0.5      # the seed script's scale for every random projection
+OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
+
+
+def seeded_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """W_q, W_k, W_v (d_model, d_k) drawn in that order from default_rng(seed).normal(0, 0.5)."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.normal(0, WEIGHT_STD, (d_model, d_k)) for _ in range(3))
+
+
+def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndarray:
+    """A caller-supplied weight matrix, checked for dtype, finiteness and shape."""
+    array = as_real_array(value, name, 1)
+    check_shape(array, name, shape, meaning)
+    return array
+
+
+def _input(X, name: str, d_model: int) -> np.ndarray:
+    """The layer input (..., n, d_model) in the working dtype."""
+    x = as_real_array(X, name, 2)
+    if x.shape[-1] != d_model:
+        raise AttentionError(name, f"expected shape (..., n, d_model={d_model}), got {x.shape}")
+    return x.astype(working_dtype(x), copy=False)
+
+
+class _CastCache:
+    """Weights cast once per working dtype (float32 inputs must not upcast the computation)."""
+
+    def __init__(self, **weights: np.ndarray) -> None:
+        self._weights = {np.dtype(np.float64): {k: w.astype(np.float64, copy=False) for k, w in weights.items()}}
+
+    def get(self, dtype: np.dtype) -> dict[str, np.ndarray]:
+        if dtype not in self._weights:
+            self._weights[dtype] = {k: w.astype(dtype) for k, w in self._weights[np.dtype(np.float64)].items()}
+        return self._weights[dtype]
+
+
+class SelfAttention:
+    """One attention head over its own input: X -> (XW_q, XW_k, XW_v) -> attention.
+
+    ``SelfAttention(d_model, d_k, seed)`` draws W_q, W_k, W_v (d_model, d_k) like the seed
+    script; pass ``w_q``, ``w_k``, ``w_v`` to use explicit weights instead.
+    """
+
+    def __init__(self, d_model: int, d_k: int | None = None, seed: int = 0, *, w_q=None, w_k=None, w_v=None):
+        self.d_model = positive_int(d_model, "d_model")
+        self.d_k = self.d_model if d_k is None else positive_int(d_k, "d_k")
+        given = [w is not None for w in (w_q, w_k, w_v)]
+        if any(given) and not all(given):
+            raise AttentionError("weights", "give all of w_q, w_k, w_v or none of them")
+        if all(given):
+            shape, meaning = (self.d_model, self.d_k), "(d_model, d_k)"
+            self.W_q, self.W_k, self.W_v = (
+                _explicit(w, n, shape, meaning) for w, n in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v"))
+            )
+        else:
+            self.W_q, self.W_k, self.W_v = seeded_projections(self.d_model, self.d_k, seed_int(seed))
+        self._cast = _CastCache(w_q=self.W_q, w_k=self.W_k, w_v=self.W_v)
+
+    def _project(self, X):
+        x = _input(X, "X", self.d_model)
+        w = self._cast.get(x.dtype)
+        return x @ w["w_q"], x @ w["w_k"], x @ w["w_v"]          # each (..., n, d_k)
+
+    def __call__(self, X, mask=None, verbose: bool = False, *, causal: bool = False, return_weights: bool = True):
+        """X (..., n, d_model) -> (output (..., n, d_k), weights (..., n, n) or None)."""
+        q, k, v = self._project(X)
+        if verbose:
+            return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
+                                                return_weights=return_weights)
+        mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
+        return attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal, return_weights=return_weights)
+
+    def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
+        """Every stage for X (..., n, d_model), including the projections q, k, v."""
+        q, k, v = self._project(X)
+        stages = trace_attention(q, k, v, mask, causal=causal)
+        return AttentionTrace(**{**stages.__dict__, "q": q, "k": k, "v": v})
+
+
+class MultiHeadAttention:
+    """h attention heads computed together, concatenated and mixed by W_o.
+
+    ``MultiHeadAttention(d_model, n_heads, seed=s)``: head i uses the weights of
+    ``SelfAttention(d_model, d_model // n_heads, seed=s + i)`` and W_o is drawn from
+    default_rng(s + 99): s = 0 is exactly the seed script. Explicit weights: ``w_q``,
+    ``w_k``, ``w_v`` (h, d_model, d_k) and ``w_o`` (d_model, d_model).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0, *, w_q=None, w_k=None, w_v=None, w_o=None):
+        self.d_model = positive_int(d_model, "d_model")
+        self.n_heads = positive_int(n_heads, "n_heads")
+        if self.d_model % self.n_heads:
+            raise AttentionError("n_heads", f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        self.d_k = self.d_model // self.n_heads
+        given = [w is not None for w in (w_q, w_k, w_v, w_o)]
+        if any(given) and not all(given):
+            raise AttentionError("weights", "give all of w_q, w_k, w_v, w_o or none of them")
+        if all(given):
+            shape, meaning = (self.n_heads, self.d_model, self.d_k), "(n_heads, d_model, d_k)"
+            self.w_q, self.w_k, self.w_v = (
+                _explicit(w, n, shape, meaning) for w, n in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v"))
+            )
+            self.w_o = _explicit(w_o, "w_o", (self.d_model, self.d_model), "(d_model, d_model)")
+        else:
+            seed = seed_int(seed)
+            heads = [seeded_projections(self.d_model, self.d_k, seed + i) for i in range(self.n_heads)]
+            self.w_q, self.w_k, self.w_v = (np.stack(ws) for ws in zip(*heads, strict=True))
+            self.w_o = np.random.default_rng(seed + OUTPUT_SEED_OFFSET).normal(
+                0, WEIGHT_STD, (self.d_model, self.d_model))
+        # One (d_model, 3*h*d_k) matrix: Q, K and V of every head in a single matmul.
+        w_qkv = np.concatenate([w.transpose(1, 0, 2).reshape(self.d_model, -1) for w in (self.w_q, self.w_k, self.w_v)],
+                               axis=1)
+        self._cast = _CastCache(w_qkv=w_qkv, w_o=self.w_o)
+
+    def _project(self, X):
+        """X (..., n, d_model) -> q, k, v each (..., h, n, d_k)."""
+        x = _input(X, "X", self.d_model)
+        qkv = x @ self._cast.get(x.dtype)["w_qkv"]                  # (..., n, 3*h*d_k)
+        qkv = qkv.reshape(*x.shape[:-1], 3, self.n_heads, self.d_k)  # (..., n, 3, h, d_k)
+        qkv = np.moveaxis(qkv, -4, -2)                               # (..., 3, h, n, d_k)
+        return qkv[..., 0, :, :, :], qkv[..., 1, :, :, :], qkv[..., 2, :, :, :]
+
+    def _mix(self, heads: np.ndarray) -> np.ndarray:
+        """(..., h, n, d_k) -> concat heads (..., n, h*d_k) -> @ W_o -> (..., n, d_model)."""
+        concatenated = np.moveaxis(heads, -3, -2).reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
+        return concatenated @ self._cast.get(heads.dtype)["w_o"]
+
+    def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
+        """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None).
+
+        ``mask``: boolean, broadcastable to (..., n, n) (shared by every head) or, with one
+        more axis than X, to (..., h, n, n) (one mask per head).
+        """
+        q, k, v = self._project(X)
+        mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
+        heads, weights = attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal,
+                                return_weights=return_weights)
+        return self._mix(heads), weights
+
+    def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
+        """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""
+        q, k, v = self._project(X)
+        mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
+        stages = trace_attention(q, k, v, mask, causal=causal)
+        return AttentionTrace(**{**stages.__dict__, "output": self._mix(stages.output), "q": q, "k": k, "v": v})
+
+
+def _default_scale(d_k: int) -> float:
+    """1/sqrt(d_k): dot products of d_k-dim vectors have variance ~d_k; this pulls it back to ~1."""
+    return 1.0 / float(np.sqrt(d_k))
+
+
+def _layer_mask(mask, batch: tuple[int, ...], n: int, *, per_head: bool, n_heads: int = 1):
+    """Check a layer's mask against its input; return it ready to broadcast over (batch, [h,] n, n).
+
+    A mask with one axis more than the input's batch + (n, n) is per head; otherwise it is
+    shared by every head and gets a head axis inserted.
+    """
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if per_head and mask.ndim == len(batch) + 3:
+        return as_bool_mask(mask, "mask", (*batch, n_heads, n, n))
+    mask = as_bool_mask(mask, "mask", (*batch, n, n))
+    return mask[..., None, :, :] if per_head and mask.ndim >= 2 else mask
