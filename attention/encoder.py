@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import positive_int, seed_int
+from .functional import require_finite
 from .layers import MultiHeadAttention
 
 LAYER_NORM_EPS = 1e-5        # PyTorch's default: keeps a constant row from dividing by zero
@@ -59,8 +60,11 @@ class EncoderBlock:
     def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
         """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None)."""
         attended, weights = self.attention(X, mask, causal=causal, return_weights=return_weights)
-        x = layer_norm(np.asarray(X, dtype=attended.dtype) + attended)   # add & norm
-        x = layer_norm(x + self.feed_forward(x))                         # add & norm
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = layer_norm(np.asarray(X, dtype=attended.dtype) + attended)   # add & norm
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = layer_norm(x + self.feed_forward(x))                     # add & norm
+        require_finite(x, "X")
         return x, weights
 
 

@@ -64,13 +64,19 @@ def _softmax_rows_inplace(tile: np.ndarray) -> None:
     peak = tile.max(axis=-1, keepdims=True)             # (..., t, 1)
     if not np.isfinite(peak).all():
         if np.isnan(peak).any() or np.isposinf(peak).any():
-            raise AttentionError("query", "attention scores overflowed: input values are too large")
+            raise AttentionError("query", "the attention scores overflowed: input values are too large")
         peak[np.isneginf(peak)] = 0.0                   # rows with every key masked
     tile -= peak
     np.exp(tile, out=tile)
     total = tile.sum(axis=-1, keepdims=True)            # (..., t, 1)
     np.divide(1.0, total, out=total, where=total > 0)   # rows of zeros stay zero
     tile *= total
+
+
+def require_finite(array: np.ndarray, argument: str) -> None:
+    """Raise when a result overflowed: finite inputs so large that their products are not."""
+    if not np.isfinite(array).all():
+        raise AttentionError(argument, "the computation overflowed: input values are too large")
 
 
 # ---------------------------------------------------------------------------
@@ -123,6 +129,13 @@ def _attend(q, k, v, mask, scale: float, causal: bool, return_weights: bool):
     ``mask`` is None or a ``_Mask`` whose batch shape has G elements.
     Returns output (G, n_q, d_v) and weights (G, n_q, n_k) or None.
     """
+    with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
+        output, weights = _attend_tiles(q, k, v, mask, scale, causal, return_weights)
+    require_finite(output, "value")
+    return output, weights
+
+
+def _attend_tiles(q, k, v, mask, scale, causal, return_weights):
     groups, n_q, _ = q.shape
     n_k, d_v = v.shape[-2:]
     q = q * scale                                       # fold the scale into Q: n*d_k work, not n*n
@@ -261,16 +274,18 @@ def trace_attention(Q, K, V, mask=None, *, scale: float | None = None, causal: b
     """The same computation as ``scaled_dot_product_attention``, keeping every intermediate."""
     q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
     n_q, n_k = q.shape[-2], k.shape[-2]
-    scores = q @ k.swapaxes(-1, -2)                     # (..., n_q, n_k) raw similarity
-    scaled = scores * scale                             # (..., n_q, n_k)
     allowed = np.ones((n_q, n_k), dtype=bool) if mask is None else mask
     if causal:
         allowed = allowed & np.tri(n_q, n_k, dtype=bool)
-    hidden = ~np.broadcast_to(allowed, scaled.shape)
-    masked = np.ma.masked_array(scaled, mask=hidden)
-    weights = np.where(hidden, -np.inf, scaled)
-    _softmax_rows_inplace(weights)
-    return AttentionTrace(scores, scaled, masked, weights, weights @ v)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected and reported
+        scores = q @ k.swapaxes(-1, -2)                 # (..., n_q, n_k) raw similarity
+        scaled = scores * scale                         # (..., n_q, n_k)
+        hidden = ~np.broadcast_to(allowed, scaled.shape)
+        weights = np.where(hidden, -np.inf, scaled)     # -inf: softmax gives these exactly 0
+        _softmax_rows_inplace(weights)
+        output = weights @ v
+    require_finite(output, "value")
+    return AttentionTrace(scores, scaled, np.ma.masked_array(scaled, mask=hidden), weights, output)
 
 
 def _print_stages(trace: AttentionTrace) -> None:

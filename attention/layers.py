@@ -16,7 +16,7 @@ import numpy as np
 
 from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, working_dtype
 from .errors import AttentionError
-from .functional import AttentionTrace, attend, scaled_dot_product_attention, trace_attention
+from .functional import AttentionTrace, attend, require_finite, scaled_dot_product_attention, trace_attention
 
 WEIGHT_STD = 0.5      # the seed script's scale for every random projection
 OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
@@ -80,7 +80,8 @@ class SelfAttention:
     def _project(self, X):
         x = _input(X, "X", self.d_model)
         w = self._cast.get(x.dtype)
-        return x @ w["w_q"], x @ w["w_k"], x @ w["w_v"]          # each (..., n, d_k)
+        with np.errstate(over="ignore", invalid="ignore"):        # an overflow surfaces as a clear error later
+            return x @ w["w_q"], x @ w["w_k"], x @ w["w_v"]      # each (..., n, d_k)
 
     def __call__(self, X, mask=None, verbose: bool = False, *, causal: bool = False, return_weights: bool = True):
         """X (..., n, d_model) -> (output (..., n, d_k), weights (..., n, n) or None)."""
@@ -136,7 +137,8 @@ class MultiHeadAttention:
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k)."""
         x = _input(X, "X", self.d_model)
-        qkv = x @ self._cast.get(x.dtype)["w_qkv"]                  # (..., n, 3*h*d_k)
+        with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later
+            qkv = x @ self._cast.get(x.dtype)["w_qkv"]              # (..., n, 3*h*d_k)
         qkv = qkv.reshape(*x.shape[:-1], 3, self.n_heads, self.d_k)  # (..., n, 3, h, d_k)
         qkv = np.moveaxis(qkv, -4, -2)                               # (..., 3, h, n, d_k)
         return qkv[..., 0, :, :, :], qkv[..., 1, :, :, :], qkv[..., 2, :, :, :]
@@ -144,7 +146,10 @@ class MultiHeadAttention:
     def _mix(self, heads: np.ndarray) -> np.ndarray:
         """(..., h, n, d_k) -> concat heads (..., n, h*d_k) -> @ W_o -> (..., n, d_model)."""
         concatenated = np.moveaxis(heads, -3, -2).reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
-        return concatenated @ self._cast.get(heads.dtype)["w_o"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            mixed = concatenated @ self._cast.get(heads.dtype)["w_o"]
+        require_finite(mixed, "X")
+        return mixed
 
     def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
         """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None).

@@ -1,0 +1,199 @@
+"""scaled_dot_product_attention, softmax, masks and the trace: numbers and properties."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import attention
+from attention import functional
+
+
+def reference(q, k, v, mask=None):
+    """The textbook formula, one 2-D problem at a time (slow, obviously right)."""
+    scores = q @ k.T / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = np.zeros_like(scores)
+    for i, row in enumerate(scores):
+        if np.isfinite(row).any():
+            e = np.exp(row - row[np.isfinite(row)].max())
+            weights[i] = e / e.sum()
+    return weights @ v, weights
+
+
+@pytest.fixture(autouse=True)
+def numpy_warnings_are_errors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(params=[None, 257], ids=["one-tile", "many-tiles"])
+def tile_elements(request, monkeypatch):
+    """Run each test once as a single tile and once split into many small tiles."""
+    if request.param:
+        monkeypatch.setattr(functional, "TILE_ELEMENTS", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
+def test_matches_reference_batched_and_masked(rng, batch, tile_elements):
+    n_q, n_k, d_k, d_v = 7, 11, 5, 3
+    q = rng.normal(size=(*batch, n_q, d_k))
+    k = rng.normal(size=(*batch, n_k, d_k))
+    v = rng.normal(size=(*batch, n_k, d_v))
+    mask = rng.random((*batch, n_q, n_k)) > 0.4
+    out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    assert out.shape == (*batch, n_q, d_v) and weights.shape == (*batch, n_q, n_k)
+    for index in np.ndindex(*batch):
+        ref_out, ref_w = reference(q[index], k[index], v[index], mask[index])
+        np.testing.assert_allclose(out[index], ref_out, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(weights[index], ref_w, rtol=1e-12, atol=1e-12)
+
+
+def test_rows_sum_to_one_and_masked_weights_are_exactly_zero(rng, tile_elements):
+    q, k, v = rng.normal(size=(4, 9, 6)), rng.normal(size=(4, 13, 6)), rng.normal(size=(4, 13, 2))
+    mask = rng.random((4, 9, 13)) > 0.5
+    mask[..., 0] = True                                  # every row keeps one key
+    _, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=0, atol=1e-12)
+    assert (weights[~mask] == 0.0).all()
+    assert (weights[mask] > 0).all()
+
+
+def test_causal_upper_triangle_is_exactly_zero(rng, tile_elements):
+    x = rng.normal(size=(2, 8, 4))
+    _, weights = attention.scaled_dot_product_attention(x, x, x, causal=True)
+    upper = np.triu(np.ones((8, 8), bool), 1)
+    assert (weights[:, upper] == 0.0).all()
+    _, with_mask = attention.scaled_dot_product_attention(x, x, x, attention.causal_mask(8))
+    np.testing.assert_array_equal(weights, with_mask)
+
+
+def test_fully_masked_rows_give_zero_weights_and_zero_output(rng, tile_elements):
+    q, k, v = rng.normal(size=(5, 4)), rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    mask = np.ones((5, 6), bool)
+    mask[1] = False
+    out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    assert (weights[1] == 0).all() and (out[1] == 0).all()
+    assert np.isfinite(out).all()
+    trace = attention.trace_attention(q, k, v, mask)
+    assert (trace.weights[1] == 0).all() and trace.masked_scores.mask[1].all()
+
+
+def test_padding_mask_hides_keys_past_each_length(rng, tile_elements):
+    q, k, v = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 6, 3)), rng.normal(size=(2, 6, 2))
+    mask = attention.padding_mask([2, 6], 6)
+    assert mask.shape == (2, 1, 6)
+    _, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    assert (weights[0, :, 2:] == 0).all() and (weights[1] > 0).all()
+    _, short = attention.scaled_dot_product_attention(q[:1], k[:1, :2], v[:1, :2])
+    np.testing.assert_allclose(weights[0, :, :2], short[0], atol=1e-15)
+
+
+def test_mask_broadcast_over_batch_matches_explicit_copy(rng, tile_elements):
+    q, k, v = rng.normal(size=(3, 2, 5, 4)), rng.normal(size=(3, 2, 7, 4)), rng.normal(size=(3, 2, 7, 4))
+    mask = rng.random((3, 1, 5, 7)) > 0.3
+    broadcast = attention.scaled_dot_product_attention(q, k, v, mask)
+    explicit = attention.scaled_dot_product_attention(q, k, v, np.broadcast_to(mask, (3, 2, 5, 7)).copy())
+    for a, b in zip(broadcast, explicit, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_custom_scale_and_weights_off(rng):
+    q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    out, weights = attention.scaled_dot_product_attention(q, k, v, scale=1.0)
+    ref_w = np.exp(q @ k.T) / np.exp(q @ k.T).sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights, ref_w, rtol=1e-12)
+    out_only, none = attention.scaled_dot_product_attention(q, k, v, scale=1.0, return_weights=False)
+    assert none is None
+    np.testing.assert_array_equal(out_only, out)
+
+
+def test_permutation_equivariance_without_positional_encoding(rng):
+    x = rng.normal(size=(6, 8))
+    perm = rng.permutation(6)
+    mha = attention.MultiHeadAttention(8, 2, seed=3)
+    out, weights = mha(x)
+    out_p, weights_p = mha(x[perm])
+    np.testing.assert_allclose(out_p, out[perm], atol=1e-12)
+    np.testing.assert_allclose(weights_p, weights[:, perm][:, :, perm], atol=1e-12)
+
+
+def test_float32_stays_float32_and_agrees_with_float64(rng, tile_elements):
+    q, k, v = (rng.normal(size=(2, 16, 8)) for _ in range(3))
+    mask = rng.random((16, 16)) > 0.2
+    out64, w64 = attention.scaled_dot_product_attention(q, k, v, mask)
+    out32, w32 = attention.scaled_dot_product_attention(*(a.astype(np.float32) for a in (q, k, v)), mask)
+    assert out32.dtype == w32.dtype == np.float32
+    np.testing.assert_allclose(out32, out64, atol=1e-5)
+    np.testing.assert_allclose(w32, w64, atol=1e-5)
+    trace = attention.trace_attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
+    assert all(a.dtype == np.float32 for a in trace.as_dict().values())
+
+
+def test_mixed_or_integer_inputs_compute_in_float64():
+    q = np.ones((2, 2), dtype=np.float32)
+    out, weights = attention.scaled_dot_product_attention(q, np.ones((2, 2)), np.arange(4).reshape(2, 2))
+    assert out.dtype == weights.dtype == np.float64
+
+
+def test_softmax_matches_formula_and_handles_masked_rows():
+    x = np.array([[1.0, 2.0, 3.0], [-np.inf, -np.inf, -np.inf], [1000.0, 1000.0, -np.inf]])
+    result = attention.softmax(x)
+    e = np.exp([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(result[0], e / e.sum(), rtol=1e-15)
+    np.testing.assert_array_equal(result[1], [0, 0, 0])
+    np.testing.assert_array_equal(result[2], [0.5, 0.5, 0])
+    np.testing.assert_allclose(attention.softmax(np.arange(6.0).reshape(2, 3), axis=0).sum(0), 1.0)
+
+
+def test_trace_names_each_stage(rng):
+    q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    mask = np.tri(3, 5, dtype=bool)
+    trace = attention.trace_attention(q, k, v, mask)
+    np.testing.assert_allclose(trace.scores, q @ k.T, rtol=1e-15)
+    np.testing.assert_allclose(trace.scaled_scores, q @ k.T / 2.0, rtol=1e-15)
+    np.testing.assert_array_equal(trace.masked_scores.mask, ~mask)
+    out, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+    np.testing.assert_allclose(trace.weights, weights, atol=1e-15)
+    np.testing.assert_allclose(trace.output, out, atol=1e-15)
+    stages = trace.as_dict()
+    assert list(stages) == ["scores", "scaled_scores", "masked_scores", "weights", "output"]
+    assert np.isnan(stages["masked_scores"][~mask]).all()
+
+
+def test_verbose_prints_stages_named_correctly(rng, capsys):
+    x = np.eye(3)
+    attention.scaled_dot_product_attention(x, x, x, verbose=True)
+    text = capsys.readouterr().out
+    assert "scaled scores (QK^T / sqrt(d_k))" in text and "row sums: [1. 1. 1.]" in text
+
+
+def test_positional_encoding_values():
+    pe = attention.positional_encoding(50, 6)
+    pos = np.arange(50)
+    np.testing.assert_allclose(pe[:, 0], np.sin(pos), atol=1e-15)
+    np.testing.assert_allclose(pe[:, 1], np.cos(pos), atol=1e-15)
+    np.testing.assert_allclose(pe[:, 4], np.sin(pos / 10000 ** (4 / 6)), atol=1e-15)
+    assert attention.positional_encoding(3, 4, dtype=np.float32).dtype == np.float32
+
+
+def test_embed_pads_to_d_model():
+    x = attention.embed(["cat", "it"], 6)
+    np.testing.assert_array_equal(x, [[1, 0, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0]])
+    assert attention.embed(["the"]).shape == (1, 4)
+
+
+def test_overflowing_scores_are_reported_not_nan():
+    q = np.full((2, 4), 1e200)
+    with pytest.raises(attention.AttentionError, match="overflow"):
+        attention.scaled_dot_product_attention(q, q, q)
