@@ -1,0 +1,43 @@
+"""Small scalar fields shared by the request schemas: strict numbers, seeds, token lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import fields, validate
+
+MAX_SEED = 2**63 - 1 - 1000  # room for the per-head seeds s..s+h-1 and s+99
+
+
+class StrictFloat(fields.Float):
+    """A finite JSON number; numeric strings such as ``"1.5"`` and booleans are refused."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_nan=False, **kwargs)
+
+    def _validated(self, value: Any) -> float:
+        if isinstance(value, str | bool):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+def strict_bool(**kwargs: Any) -> fields.Boolean:
+    """A JSON ``true``/``false`` only (marshmallow's default also takes ``"yes"``, ``1``, ...)."""
+    return fields.Boolean(truthy={True}, falsy={False}, **kwargs)
+
+
+def strict_int(minimum: int = 1, maximum: int | None = None, **kwargs: Any) -> fields.Integer:
+    """A JSON integer (no fractions, no strings) in ``[minimum, maximum]``."""
+    return fields.Integer(strict=True, validate=validate.Range(min=minimum, max=maximum), **kwargs)
+
+
+def seed(**kwargs: Any) -> fields.Integer:
+    """A non-negative integer seed for ``np.random.default_rng``; default 0."""
+    return strict_int(0, MAX_SEED, load_default=0, metadata={
+        "description": "Seed of the random projection weights (the seed script's defaults at 0).",
+        **kwargs.pop("metadata", {})}, **kwargs)
+
+
+def tokens(**kwargs: Any) -> fields.List:
+    """A non-empty list of words from the toy vocabulary (see GET /v1/vocabulary)."""
+    return fields.List(fields.String(), validate=validate.Length(min=1), **kwargs)

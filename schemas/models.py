@@ -1,0 +1,110 @@
+"""POST /v1/self-attention, /v1/multi-head-attention and /v1/encoder: attention on a sentence.
+
+The input is either ``embeddings`` (n, d_model) / (B, n, d_model) or ``tokens`` from the toy
+vocabulary (4 dims, zero-padded to ``d_model`` when given, so then ``d_model >= 4``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, validates_schema
+
+from schemas.attention import BATCHABLE, ProjectedTraceSchema
+from schemas.fields import seed, strict_bool, strict_int, tokens
+from schemas.options import ComputeOptions, MaskOptions, OutputOptions
+from schemas.tensor import BoolTensor, Tensor
+
+
+class SentenceInput(Schema):
+    """``embeddings`` or ``tokens`` (exactly one), optional ``d_model`` and positional encoding."""
+
+    embeddings = Tensor(ranks=BATCHABLE, shape="(n, d_model) or (B, n, d_model)")
+    tokens = tokens(metadata={"description": "Words of GET /v1/vocabulary; used instead of embeddings."})
+    d_model = strict_int(1, metadata={
+        "description": "Model width. With tokens: at least 4, the 4-dim toy embeddings are zero-padded "
+                       "to it (default 4). With embeddings: must equal their last dimension."})
+    positional_encoding = strict_bool(load_default=False, metadata={
+        "description": "Add the sinusoidal positional encoding to the input first."})
+
+    @validates_schema
+    def _one_input(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if ("embeddings" in data) == ("tokens" in data):
+            raise ValidationError("Give exactly one of `embeddings` and `tokens`.", "embeddings")
+        if "tokens" in data and data.get("d_model", 4) < 4:
+            raise ValidationError("With tokens, d_model must be at least 4 (the toy embeddings' width).",
+                                  "d_model")
+
+
+class SentenceRequest(SentenceInput, ComputeOptions, MaskOptions):
+    """Sentence input with masking and the common compute options."""
+
+    seed = seed()
+
+
+class ProjectionWeights(Schema):
+    """Explicit projections for self-attention, each ``(d_model, d_k)``."""
+
+    w_q = Tensor(required=True, shape="(d_model, d_k)")
+    w_k = Tensor(required=True, shape="(d_model, d_k)")
+    w_v = Tensor(required=True, shape="(d_model, d_k)")
+
+
+class HeadWeights(Schema):
+    """Explicit per-head projections ``(h, d_model, d_k)`` and the output mix ``(d_model, d_model)``."""
+
+    w_q = Tensor(required=True, ranks=(3,), shape="(h, d_model, d_k)")
+    w_k = Tensor(required=True, ranks=(3,), shape="(h, d_model, d_k)")
+    w_v = Tensor(required=True, ranks=(3,), shape="(h, d_model, d_k)")
+    w_o = Tensor(required=True, shape="(d_model, d_model)")
+
+
+class SelfAttentionRequest(SentenceRequest):
+    """Single-head self-attention: Q, K, V are projections of the same input."""
+
+    d_k = strict_int(1, metadata={"description": "Width of Q, K, V (default d_model)."})
+    weights = fields.Nested(ProjectionWeights, metadata={
+        "description": "Explicit W_q, W_k, W_v instead of the seeded random ones."})
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3), shape="broadcastable to (B, n, n)")
+
+
+class MultiHeadRequest(SentenceRequest):
+    """Multi-head attention: h heads of width d_model / h, concatenated and mixed by W_o."""
+
+    n_heads = strict_int(1, required=True)
+    weights = fields.Nested(HeadWeights, metadata={
+        "description": "Explicit W_q, W_k, W_v per head and W_o instead of the seeded ones."})
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), shape="broadcastable to (B, h, n, n)")
+
+
+class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
+    """A stack of encoder blocks (multi-head attention, add & norm, feed-forward, add & norm)."""
+
+    seed = seed()
+    n_heads = strict_int(1, required=True)
+    n_layers = strict_int(1, load_default=6)
+    d_ff = strict_int(1, metadata={"description": "Feed-forward width (default 4 * d_model)."})
+    return_weights = strict_bool(load_default=True)
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3), shape="broadcastable to (B, n, n)")
+
+
+class ModelResponse(Schema):
+    """Output ``(..., n, d_model)``; weights ``(..., n, n)``, per head ``(..., h, n, n)``."""
+
+    output = Tensor(required=True, ranks=BATCHABLE)
+    weights = Tensor(required=True, allow_none=True, ranks=(2, 3, 4), metadata={
+        "description": "Attention weights; null with return_weights=false."})
+    trace = fields.Nested(ProjectedTraceSchema, metadata={"description": "Only with trace=true."})
+
+
+class LayerWeights(Schema):
+    """One encoder layer's attention weights ``(..., h, n, n)``."""
+
+    weights = Tensor(required=True, allow_none=True, ranks=(3, 4))
+
+
+class EncoderResponse(Schema):
+    """Output ``(..., n, d_model)`` and one entry per layer."""
+
+    output = Tensor(required=True, ranks=BATCHABLE)
+    layers = fields.List(fields.Nested(LayerWeights), required=True)

@@ -1,0 +1,33 @@
+"""RFC 9457 problem details: the body of every error response (application/problem+json)."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields
+
+
+class ProblemItem(Schema):
+    """One invalid part of the request."""
+
+    pointer = fields.String(metadata={"description": "JSON Pointer into the request body, e.g. /query/0/1."})
+    parameter = fields.String(metadata={"description": "Name of the invalid query-string parameter."})
+    detail = fields.String(required=True)
+
+
+class LimitInfo(Schema):
+    """The service limit a request went past (see GET /v1/limits)."""
+
+    name = fields.String(required=True)
+    maximum = fields.Integer(required=True)
+    value = fields.Integer(required=True, metadata={"description": "What the request asked for."})
+
+
+class Problem(Schema):
+    """An error. ``type`` is a URI naming the kind of problem (``about:blank``: see ``status``)."""
+
+    type = fields.String(required=True)
+    title = fields.String(required=True)
+    status = fields.Integer(required=True)
+    detail = fields.String(required=True)
+    errors = fields.List(fields.Nested(ProblemItem), metadata={"description": "Validation errors."})
+    limit = fields.Nested(LimitInfo, metadata={"description": "With the limit-exceeded type."})
+    known = fields.List(fields.String(), metadata={"description": "With unknown tokens: the known ones."})

@@ -1,0 +1,11 @@
+"""Service metadata: health (the limits schema is built from service.limits)."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields
+
+
+class Health(Schema):
+    """``ok`` when alive, ``ready`` when a tiny attention ran through the engine."""
+
+    status = fields.String(required=True)

@@ -1,0 +1,36 @@
+"""The HTTP service: a Flask app factory serving the attention engine.
+
+Adding an area (e.g. /v1/batch, /v2, /metrics) is one line in ``BLUEPRINTS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from service import health
+from service.api import attention, demos, limits, reference
+from service.jsonio import OrjsonProvider
+from service.limits import Limits
+from service.smorest import init_api
+
+# flask-smorest blueprints: routed and documented in the OpenAPI spec.
+BLUEPRINTS = (attention.blp, reference.blp, demos.blp, limits.blp, health.blp)
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
+    the limits read from the environment."""
+    app = Flask(__name__)
+    app.json = OrjsonProvider(app)
+    app.config.update(config or {})
+    app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
+    api = init_api(app)
+    for blueprint in BLUEPRINTS:
+        api.register_blueprint(blueprint)
+    from service import openapi  # late: `python -m service.openapi` runs that module as __main__
+
+    app.register_blueprint(openapi.blp)  # serves the spec; not itself documented
+    return app

@@ -1,0 +1,44 @@
+"""GET /v1/demos and /v1/demos/{name}: the seed script's five demos as data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from werkzeug.exceptions import NotFound
+
+import attention as engine
+from schemas.demos import DemoList, DemoResult
+from service.smorest import Blueprint
+
+blp = Blueprint("demos", __name__, url_prefix="/v1", description="The seed script's demos, as data.")
+
+
+def _summary(demo: engine.Demo) -> dict[str, str]:
+    return {"name": demo.name, "title": demo.title, "summary": demo.summary}
+
+
+@blp.route("/demos", methods=["GET"])
+@blp.response(200, DemoList, example={"demos": [_summary(engine.DEMOS["lookup"])]})
+def list_demos() -> dict[str, Any]:
+    """List the demos.
+
+    Names, titles and summaries of the seed script's demos, in its order.
+    """
+    return {"demos": [_summary(demo) for demo in engine.DEMOS.values()]}
+
+
+@blp.route("/demos/<string:name>", methods=["GET"])
+@blp.response(200, DemoResult, example={**_summary(engine.DEMOS["causal-mask"]),
+                                        "result": {"tokens": ["the", "cat"], "mask": [[True, False], [True, True]],
+                                                   "weights": [[1.0, 0.0], [0.5, 0.5]]}})
+@blp.documents(404)
+def run_demo(name: str) -> dict[str, Any]:
+    """Run one demo.
+
+    The numbers the seed script prints for this demo (the example is shortened). Names: lookup,
+    scaling, positional-encoding, causal-mask, multi-head.
+    """
+    demo = engine.DEMOS.get(name)
+    if demo is None:
+        raise NotFound(f"No demo {name!r}; the demos are {', '.join(engine.DEMOS)}.")
+    return {**_summary(demo), "result": demo.run()}

@@ -1,0 +1,182 @@
+"""Pure compute functions: validated params (a schema's ``load`` output) -> result dict of arrays.
+
+Each ``compute_*(params, limits)`` first checks the shapes against ``limits`` (422 before any
+compute), then calls the engine. No Flask here, so a batch endpoint can call them per item;
+``ENDPOINTS`` maps each endpoint name to its request schema and compute function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from marshmallow import Schema
+
+import attention as engine
+from schemas.attention import AttentionRequest
+from schemas.models import EncoderRequest, MultiHeadRequest, SelfAttentionRequest
+from schemas.reference import CausalMaskQuery, EmbedRequest, PositionalEncodingQuery
+from service.errors import UNKNOWN_TOKEN, ValidationProblem, pointer
+from service.limits import Limits
+
+Params = dict[str, Any]
+Result = dict[str, Any]
+
+
+def _cast(array: np.ndarray, dtype: str, name: str) -> np.ndarray:
+    """The input in the requested precision; values that overflow float32 are refused."""
+    if dtype == "float64":
+        return array
+    with np.errstate(over="ignore"):
+        cast = array.astype(np.float32)
+    if not np.isfinite(cast).all():
+        raise ValidationProblem.at(pointer(*name.split(".")), f"{name} has values beyond the float32 range.")
+    return cast
+
+
+def _batch(*arrays: np.ndarray | None, core: int = 2) -> int:
+    """Largest product of leading (batch/head) axes among the arrays, core axes excluded."""
+    return max(math.prod(a.shape[:-core]) for a in arrays if a is not None)
+
+
+def _run(params: Params, call: Callable[[bool], tuple], trace: Callable[[], engine.AttentionTrace]) -> Result:
+    """{output, weights, trace?}: ``call(return_weights)`` normally, ``trace()`` with trace=true.
+
+    weights is null unless ``return_weights``.
+    """
+    extra = {}
+    if params["trace"]:
+        extra["trace"] = trace().as_dict()
+        output, weights = extra["trace"]["output"], extra["trace"]["weights"]
+    else:
+        output, weights = call(params["return_weights"])
+    return {"output": output, "weights": weights if params["return_weights"] else None, **extra}
+
+
+def compute_attention(params: Params, limits: Limits) -> Result:
+    """softmax(Q K^T * scale) V. Q (B?, n_q, d_k), K (B?, n_k, d_k), V (B?, n_k, d_v), mask (.., n_q, n_k).
+
+    -> output (B?, n_q, d_v), weights (B?, n_q, n_k), trace {scores, scaled_scores, masked_scores, weights}.
+    """
+    q, k, v = (_cast(params[name], params["dtype"], name) for name in ("query", "key", "value"))
+    mask = params["mask"]
+    for name, array in (("query", q), ("key", k), ("value", v)):
+        limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
+        limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
+    elements = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None) * q.shape[-2] * k.shape[-2]
+    limits.check("max_weight_elements", elements, pointer=pointer("query"))
+    options = {"scale": params["scale"], "causal": params["causal"]}
+    return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
+                                                                            **options),
+                lambda: engine.trace_attention(q, k, v, mask, **options))
+
+
+def _tokens(tokens: list[str], d_model: int | None) -> np.ndarray:
+    """(n, d_model) toy embeddings; unknown words are 422 pointing at each one, listing the known."""
+    try:
+        return engine.embed(tokens, d_model)
+    except engine.UnknownTokenError as exc:
+        errors = [{"pointer": pointer("tokens", i), "detail": f"unknown token {word!r}"}
+                  for i, word in enumerate(tokens) if word in exc.unknown]
+        raise ValidationProblem(f"Unknown tokens {exc.unknown}; known: {exc.known}.",
+                                problem_type=UNKNOWN_TOKEN, errors=errors, known=exc.known) from None
+
+
+def sentence(params: Params, limits: Limits) -> np.ndarray:
+    """The input X (B?, n, d_model) from ``embeddings`` or ``tokens``, plus positional encoding, cast."""
+    if "tokens" in params:
+        limits.check("max_sequence_length", len(params["tokens"]), pointer=pointer("tokens"))
+        limits.check("max_d_model", params.get("d_model", 4), pointer=pointer("d_model"))
+        x, where = _tokens(params["tokens"], params.get("d_model")), "tokens"
+    else:
+        x, where = params["embeddings"], "embeddings"
+        if params.get("d_model", x.shape[-1]) != x.shape[-1]:
+            raise ValidationProblem.at(pointer("d_model"), f"d_model={params['d_model']} differs from the "
+                                       f"embeddings' last dimension {x.shape[-1]}.")
+        limits.check("max_sequence_length", x.shape[-2], pointer=pointer(where))
+        limits.check("max_d_model", x.shape[-1], pointer=pointer(where))
+    if params["positional_encoding"]:
+        x = x + engine.positional_encoding(x.shape[-2], x.shape[-1])
+    return _cast(x, params["dtype"], where)
+
+
+def _check_weights(x: np.ndarray, mask: np.ndarray | None, heads: int, limits: Limits, layers: int = 1) -> None:
+    """B * h * n * n (* layers) attention weights, before anything is computed."""
+    limits.check("max_heads", heads, pointer=pointer("n_heads"))
+    n = x.shape[-2]
+    batch = _batch(x, mask if mask is not None and mask.ndim > 2 else None)
+    limits.check("max_weight_elements", batch * heads * n * n * layers, pointer=pointer("embeddings"))
+
+
+def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params) -> Result:
+    options = {"mask": params["mask"], "causal": params["causal"]}
+    return _run(params, lambda weights: layer(x, return_weights=weights, **options),
+                lambda: layer.trace(x, **options))
+
+
+def compute_self_attention(params: Params, limits: Limits) -> Result:
+    """One head: X (B?, n, d_model) -> output (B?, n, d_k), weights (B?, n, n), trace adds q, k, v."""
+    x = sentence(params, limits)
+    weights = params.get("weights") or {}
+    d_k = params.get("d_k") or (weights["w_q"].shape[-1] if weights else None)
+    limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
+    _check_weights(x, params["mask"], 1, limits)
+    layer = engine.SelfAttention(x.shape[-1], d_k, params["seed"], **weights)
+    return _run_layer(layer, x, params)
+
+
+def compute_multi_head(params: Params, limits: Limits) -> Result:
+    """h heads: X (B?, n, d_model) -> output (B?, n, d_model), weights (B?, h, n, n), trace per head."""
+    x = sentence(params, limits)
+    _check_weights(x, params["mask"], params["n_heads"], limits)
+    layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **(params.get("weights") or {}))
+    return _run_layer(layer, x, params)
+
+
+def compute_encoder(params: Params, limits: Limits) -> Result:
+    """n_layers encoder blocks: X (B?, n, d_model) -> output (B?, n, d_model), layers [{weights (B?, h, n, n)}]."""
+    x = sentence(params, limits)
+    limits.check("max_layers", params["n_layers"], pointer=pointer("n_layers"))
+    limits.check("max_d_ff", params.get("d_ff", 4 * x.shape[-1]), pointer=pointer("d_ff"))
+    _check_weights(x, params["mask"], params["n_heads"], limits, params["n_layers"])
+    encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
+    output, layers = encoder(x, params["mask"], causal=params["causal"], return_weights=params["return_weights"])
+    return {"output": output, "layers": [{"weights": weights} for weights in layers]}
+
+
+def compute_embed(params: Params, limits: Limits) -> Result:
+    """tokens (n,) -> embeddings (n, d_model), positional encoding added when asked."""
+    return {"embeddings": sentence(params, limits)}
+
+
+def compute_positional_encoding(params: Params, limits: Limits) -> Result:
+    """n_positions, d_model -> encoding (n_positions, d_model)."""
+    limits.check("max_sequence_length", params["n_positions"], parameter="n_positions")
+    limits.check("max_d_model", params["d_model"], parameter="d_model")
+    return {"encoding": engine.positional_encoding(params["n_positions"], params["d_model"])}
+
+
+def compute_causal_mask(params: Params, limits: Limits) -> Result:
+    """size -> mask (size, size) lower-triangular booleans."""
+    limits.check("max_sequence_length", params["size"], parameter="size")
+    return {"mask": engine.causal_mask(params["size"])}
+
+
+class Endpoint(NamedTuple):
+    """What a batch item of this kind is validated with and computed by."""
+
+    schema: type[Schema]
+    compute: Callable[[Params, Limits], Result]
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    "attention": Endpoint(AttentionRequest, compute_attention),
+    "self-attention": Endpoint(SelfAttentionRequest, compute_self_attention),
+    "multi-head-attention": Endpoint(MultiHeadRequest, compute_multi_head),
+    "encoder": Endpoint(EncoderRequest, compute_encoder),
+    "embed": Endpoint(EmbedRequest, compute_embed),
+    "positional-encoding": Endpoint(PositionalEncodingQuery, compute_positional_encoding),
+    "causal-mask": Endpoint(CausalMaskQuery, compute_causal_mask),
+}

@@ -1,0 +1,145 @@
+"""JSON in and out with orjson: the Flask JSON provider and the webargs body parser.
+
+orjson refuses NaN/Infinity (the stdlib ``json`` that webargs uses by default accepts them), is
+several times faster, and serialises numpy arrays natively (no ``.tolist()``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+from flask import Request, current_app
+from flask.json.provider import JSONProvider
+from webargs.flaskparser import FlaskParser
+from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
+
+from service.errors import MalformedJSON, ValidationProblem, flatten_messages
+
+OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+CHUNK = 64 * 1024
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def _default(obj: Any) -> Any:
+    """What orjson cannot write itself: non-contiguous arrays, numpy scalars of other kinds."""
+    if isinstance(obj, np.ndarray):
+        return np.ascontiguousarray(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def dumps(obj: Any, *, indent: bool = False) -> bytes:
+    """orjson bytes with numpy support and integer dict keys (marshmallow error dicts have them)."""
+    return orjson.dumps(obj, default=_default, option=OPTIONS | (orjson.OPT_INDENT_2 if indent else 0))
+
+
+class OrjsonProvider(JSONProvider):
+    """Flask JSON provider writing and reading with orjson."""
+
+    mimetype = "application/json"
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return dumps(obj, indent=bool(kwargs.get("indent"))).decode()
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return orjson.loads(s)
+
+    def response(self, *args: Any, **kwargs: Any) -> Any:
+        """Like jsonify, but the body is orjson's bytes, not a re-encoded str."""
+        obj = self._prepare_response_obj(args, kwargs)
+        return self._app.response_class(dumps(obj), mimetype=self.mimetype)
+
+
+def json_depth(body: bytes) -> int:
+    """Maximum nesting depth of arrays/objects in a JSON text, ignoring brackets inside strings.
+
+    Vectorised (regex + bytes.translate + numpy): ~20 ms for 10 MB, and no recursion.
+    """
+    brackets = _STRING.sub(b'""', body).translate(None, _NOT_BRACKET)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
+
+
+def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refusing with 413 past ``max_bytes``: by Content-Length before reading,
+    and by counting while reading a chunked body (which has no Content-Length)."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise RequestEntityTooLarge(f"The body is {request.content_length} bytes; the limit "
+                                    f"max_body_bytes is {max_bytes} (see GET /v1/limits).")
+    stream = request.stream
+    parts, size = [], 0
+    while chunk := stream.read(CHUNK):
+        size += len(chunk)
+        if size > max_bytes:
+            raise RequestEntityTooLarge(f"The body is more than {max_bytes} bytes, the limit "
+                                        "max_body_bytes (see GET /v1/limits).")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def is_json(mimetype: str) -> bool:
+    """application/json or any application/*+json."""
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+def load_json_body(request: Request) -> Any:
+    """Check content type, size and depth of the body, then parse it with orjson.
+
+    Raises 415 (not JSON), 413 (too large), 422 (too deep), 400 (malformed).
+    """
+    if not is_json(request.mimetype):
+        raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
+    limits = current_app.extensions["limits"]
+    body = read_body(request, limits.max_body_bytes)
+    limits.check("max_json_depth", json_depth(body), pointer="")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedJSON(f"The body is not valid JSON: {exc}") from None
+
+
+class OrjsonParser(FlaskParser):
+    """webargs parser reading JSON bodies with :func:`load_json_body` and raising problem errors."""
+
+    def _raw_load_json(self, req: Request) -> Any:
+        return load_json_body(req)
+
+    def load_json(self, req: Request, schema: Any) -> Any:
+        return self._raw_load_json(req)
+
+    def handle_error(self, error: Any, req: Request, schema: Any, *, error_status_code: int | None,
+                     error_headers: Any) -> None:
+        """marshmallow errors as 422 with one pointer (body) or parameter (query string) per message."""
+        items = []
+        for location, messages in error.normalized_messages().items():
+            for where, detail in flatten_messages(messages):
+                if location == "json":
+                    items.append({"pointer": where, "detail": detail})
+                else:
+                    items.append({"parameter": where.lstrip("/"), "detail": detail})
+        summary = "; ".join(f"{item.get('pointer', item.get('parameter'))}: {item['detail']}" for item in items)
+        raise ValidationProblem(f"The request is invalid: {summary}"[:500], errors=items)
+
+
+def round_arrays(result: Any, decimals: int | None) -> Any:
+    """``result`` with every float array and float rounded with ``np.round`` (None: unchanged).
+
+    Walks only dicts and lists of the result's structure, never into arrays.
+    """
+    if decimals is None:
+        return result
+    if isinstance(result, dict):
+        return {key: round_arrays(value, decimals) for key, value in result.items()}
+    if isinstance(result, list):
+        return [round_arrays(value, decimals) for value in result]
+    if isinstance(result, np.ndarray | float | np.floating) and np.asarray(result).dtype.kind == "f":
+        return np.round(result, decimals)
+    return result

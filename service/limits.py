@@ -1,0 +1,80 @@
+"""Request limits, read from the environment once per app, served at GET /v1/limits.
+
+Defaults allow the paper's base model (d_model 512, d_ff 2048, 6 layers; up to 16 heads), and
+keep one request well inside a worker's memory and timeout: at most 2**20 attention weights
+(8 MiB as float64, ~20 MiB as JSON) and a 16 MiB body (~850k numbers, ~30 MiB once parsed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from marshmallow import Schema
+from marshmallow import fields as ma_fields
+
+from service.errors import LimitExceeded
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every limit a request is checked against before any compute."""
+
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_sequence_length: int = 1024
+    max_d_model: int = 512
+    max_d_ff: int = 2048
+    max_heads: int = 16
+    max_layers: int = 6
+    max_weight_elements: int = 2**20
+    max_json_depth: int = 32
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
+        """Read ``ATTENTION_MAX_*`` variables (e.g. ATTENTION_MAX_D_MODEL); unset ones keep the default."""
+        values = {}
+        for field in fields(cls):
+            raw = environ.get(env_name(field.name))
+            if raw is not None:
+                values[field.name] = int(raw)
+                if values[field.name] < 1:
+                    raise ValueError(f"{env_name(field.name)} must be a positive integer, got {raw!r}")
+        return cls(**values)
+
+    def check(self, name: str, value: int, *, pointer: str | None = None, parameter: str | None = None) -> None:
+        """Raise :class:`LimitExceeded` (422) when ``value`` is above the limit ``name``."""
+        maximum = getattr(self, name)
+        if value > maximum:
+            raise LimitExceeded(name, value, maximum, pointer=pointer, parameter=parameter)
+
+    def as_dict(self) -> dict[str, int]:
+        """Every limit by name."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+def env_name(limit: str) -> str:
+    """Environment variable setting a limit: ``max_d_model`` -> ``ATTENTION_MAX_D_MODEL``."""
+    return f"ATTENTION_{limit.upper()}"
+
+
+DESCRIPTIONS = {
+    "max_body_bytes": "Request body size in bytes (413 above it, also for chunked bodies).",
+    "max_sequence_length": "Tokens per sequence (n, n_q, n_k, n_positions, size).",
+    "max_d_model": "Model width and every feature dimension (d_model, d_k, d_v).",
+    "max_d_ff": "Encoder feed-forward width.",
+    "max_heads": "Attention heads.",
+    "max_layers": "Encoder layers.",
+    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder).",
+    "max_json_depth": "Nesting depth of the JSON body.",
+}
+
+
+def _limit_field(name: str) -> Any:
+    default = getattr(Limits, name)
+    description = f"{DESCRIPTIONS[name]} Env {env_name(name)}, default {default}."
+    return ma_fields.Integer(required=True, metadata={"description": description})
+
+
+LimitsSchema = Schema.from_dict({f.name: _limit_field(f.name) for f in fields(Limits)}, name="Limits")

@@ -1,0 +1,124 @@
+"""POST /v1/attention, /v1/self-attention, /v1/multi-head-attention, /v1/encoder through HTTP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_problem
+
+SENTENCE = ["the", "cat", "ate", "food", "it"]
+
+
+def test_attention_matches_the_formula(client):
+    rng = np.random.default_rng(5)
+    q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    body = client.post("/v1/attention", json={"query": q.tolist(), "key": k.tolist(), "value": v.tolist()}).get_json()
+    scores = q @ k.T / 2.0
+    weights = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(body["weights"], weights, rtol=1e-12)
+    np.testing.assert_allclose(body["output"], weights @ v, rtol=1e-12)
+    assert "trace" not in body
+
+
+def test_attention_batched_masked_scaled_with_trace(client):
+    q = [[[1.0, 0.0], [0.0, 1.0]]] * 2
+    mask = [[[True, False], [True, True]], [[True, True], [False, True]]]
+    body = client.post("/v1/attention", json={"query": q, "key": q, "value": q, "mask": mask, "scale": 2.0,
+                                              "trace": True}).get_json()
+    weights = np.asarray(body["weights"])
+    assert weights.shape == (2, 2, 2)
+    assert weights[0, 0].tolist() == [1.0, 0.0] and weights[1, 1].tolist() == [0.0, 1.0]
+    e = np.exp(2.0)
+    np.testing.assert_allclose(weights[0, 1], [1 / (1 + e), e / (1 + e)])
+    trace = body["trace"]
+    assert trace["scores"][0] == [[1.0, 0.0], [0.0, 1.0]]
+    assert trace["scaled_scores"][0] == [[2.0, 0.0], [0.0, 2.0]]
+    assert trace["masked_scores"][0] == [[2.0, None], [0.0, 2.0]]
+    assert trace["weights"] == body["weights"]
+
+
+def test_attention_options_decimals_float32_no_weights(client):
+    request = {"query": [[1.0, 2.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [3.0]]}
+    full = client.post("/v1/attention", json=request).get_json()
+    rounded = client.post("/v1/attention", json={**request, "decimals": 2, "return_weights": False}).get_json()
+    assert rounded["weights"] is None
+    assert rounded["output"] == [[round(full["output"][0][0], 2)]]
+    single = client.post("/v1/attention", json={**request, "dtype": "float32"}).get_json()
+    assert single["output"][0][0] == pytest.approx(full["output"][0][0], rel=1e-6)
+    value = single["output"][0][0]
+    assert repr(value) == str(np.float32(value)) != repr(float(np.float32(value)))  # float32's shortest digits
+
+
+def test_attention_causal_and_fully_masked_row(client):
+    x = [[1.0], [2.0], [3.0]]
+    body = client.post("/v1/attention", json={"query": x, "key": x, "value": x, "causal": True}).get_json()
+    assert np.triu(np.asarray(body["weights"]), 1).tolist() == np.zeros((3, 3)).tolist()
+    masked = client.post("/v1/attention", json={"query": x, "key": x, "value": x,
+                                                "mask": [False, False, False]}).get_json()
+    assert masked["weights"] == [[0.0] * 3] * 3 and masked["output"] == [[0.0]] * 3
+
+
+def test_attention_shape_mismatch_points_at_the_argument(client):
+    response = client.post("/v1/attention", json={"query": [[1.0, 2.0]], "key": [[1.0]], "value": [[1.0]]})
+    assert "d_k" in assert_problem(response, 422, "/key")["detail"]
+
+
+def test_self_attention_matches_seed_demo_4(client, seed_script):
+    """Demo 4: SelfAttention(4, 4, seed=3) on the position-encoded sentence with a causal mask."""
+    x = seed_script.embed(SENTENCE) + seed_script.positional_encoding(5, 4)
+    _, expected = seed_script.SelfAttention(4, 4, seed=3)(x, mask=seed_script.causal_mask(5))
+    body = client.post("/v1/self-attention", json={"tokens": SENTENCE, "seed": 3, "positional_encoding": True,
+                                                   "causal": True}).get_json()
+    np.testing.assert_allclose(body["weights"], expected, rtol=1e-12, atol=1e-15)
+
+
+def test_self_attention_explicit_weights_and_trace(client):
+    eye = np.eye(2).tolist()
+    body = client.post("/v1/self-attention", json={"embeddings": [[1.0, 0.0], [0.0, 1.0]], "trace": True,
+                                                   "weights": {"w_q": eye, "w_k": eye, "w_v": eye}}).get_json()
+    assert body["trace"]["q"] == body["trace"]["k"] == body["trace"]["v"] == eye
+    e = np.exp(1 / np.sqrt(2))
+    np.testing.assert_allclose(body["weights"], [[e / (e + 1), 1 / (e + 1)], [1 / (e + 1), e / (e + 1)]])
+
+
+def test_multi_head_returns_the_seed_demo_5_weights(client, seed_script):
+    x = np.pad(seed_script.embed(SENTENCE), ((0, 0), (0, 4))) + seed_script.positional_encoding(5, 8)
+    out, heads = seed_script.MultiHeadAttention(8, 4)(x, mask=seed_script.causal_mask(5))
+    body = client.post("/v1/multi-head-attention", json={"tokens": SENTENCE, "d_model": 8, "n_heads": 4,
+                                                         "positional_encoding": True, "causal": True}).get_json()
+    np.testing.assert_allclose(body["weights"], np.stack(heads), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(body["output"], out, rtol=1e-12, atol=1e-15)
+
+
+def test_multi_head_trace_is_per_head(client):
+    body = client.post("/v1/multi-head-attention", json={"tokens": SENTENCE, "d_model": 8, "n_heads": 2,
+                                                         "trace": True}).get_json()
+    assert np.asarray(body["trace"]["q"]).shape == (2, 5, 4)
+    assert np.asarray(body["trace"]["scores"]).shape == (2, 5, 5)
+    assert body["trace"]["weights"] == body["weights"]
+
+
+def test_multi_head_indivisible_heads_is_422(client):
+    response = client.post("/v1/multi-head-attention", json={"tokens": ["cat"], "d_model": 6, "n_heads": 4})
+    assert_problem(response, 422, "/n_heads")
+
+
+def test_encoder_layers_and_shapes(client):
+    body = client.post("/v1/encoder", json={"embeddings": np.eye(4).tolist(), "n_heads": 2, "n_layers": 3,
+                                            "causal": True}).get_json()
+    output = np.asarray(body["output"])
+    assert output.shape == (4, 4)
+    np.testing.assert_allclose(output.mean(axis=-1), 0, atol=1e-9)  # ends with a layer norm
+    assert len(body["layers"]) == 3
+    for layer in body["layers"]:
+        weights = np.asarray(layer["weights"])
+        assert weights.shape == (2, 4, 4) and np.triu(weights, 1).max() == 0.0
+    quiet = client.post("/v1/encoder", json={"embeddings": np.eye(4).tolist(), "n_heads": 2, "n_layers": 3,
+                                             "causal": True, "return_weights": False}).get_json()
+    assert quiet["layers"] == [{"weights": None}] * 3
+    assert quiet["output"] == body["output"]
+
+
+def test_encoder_refuses_trace(client):
+    response = client.post("/v1/encoder", json={"tokens": ["cat"], "n_heads": 1, "trace": True})
+    assert_problem(response, 422, "/trace")
