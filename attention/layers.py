@@ -12,6 +12,8 @@ so seed=0 reproduces its numbers. Explicit weights may be passed instead.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, working_dtype
@@ -20,12 +22,29 @@ from .functional import AttentionTrace, attend, require_finite, scaled_dot_produ
 
 WEIGHT_STD = 0.5      # the seed script's scale for every random projection
 OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
+CACHED_DRAW_ELEMENTS = 1 << 14  # memoise draws up to 128 KiB each: at most 64 * 3 * 128 KiB = 24 MiB
 
 
 def seeded_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """W_q, W_k, W_v (d_model, d_k) drawn in that order from default_rng(seed).normal(0, 0.5)."""
+    """W_q, W_k, W_v (d_model, d_k) drawn in that order from default_rng(seed).normal(0, 0.5).
+
+    Small draws are memoised (a service builds the same seeded layer on every request);
+    the arrays are read-only so a cached draw can never be changed by a caller.
+    """
+    if d_model * d_k <= CACHED_DRAW_ELEMENTS:
+        return _cached_projections(d_model, d_k, seed)
+    return _draw_projections(d_model, d_k, seed)
+
+
+def _draw_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return tuple(rng.normal(0, WEIGHT_STD, (d_model, d_k)) for _ in range(3))
+    weights = tuple(rng.normal(0, WEIGHT_STD, (d_model, d_k)) for _ in range(3))
+    for w in weights:
+        w.setflags(write=False)
+    return weights
+
+
+_cached_projections = functools.lru_cache(maxsize=64)(_draw_projections)
 
 
 def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndarray:
