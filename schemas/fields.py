@@ -21,9 +21,18 @@ class StrictFloat(fields.Float):
         return super()._validated(value)
 
 
-def strict_bool(**kwargs: Any) -> fields.Boolean:
-    """A JSON ``true``/``false`` only (marshmallow's default also takes ``"yes"``, ``1``, ...)."""
-    return fields.Boolean(truthy={True}, falsy={False}, **kwargs)
+class StrictBool(fields.Boolean):
+    """A JSON ``true``/``false`` only (marshmallow's Boolean also takes ``"yes"``, ``1``, ...)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
+def strict_bool(**kwargs: Any) -> StrictBool:
+    """A :class:`StrictBool` field."""
+    return StrictBool(**kwargs)
 
 
 def strict_int(minimum: int = 1, maximum: int | None = None, **kwargs: Any) -> fields.Integer:

@@ -114,10 +114,10 @@ class Tensor(fields.Field):
             if ragged is None:  # e.g. more dimensions than numpy supports
                 raise self._fail_with("type") from exc
             raise ValidationError(_nest(*ragged)) from exc
-        if array.ndim not in self.ranks:
-            raise self._fail_with("rank", got=array.ndim)
         if array.size == 0:
             raise self._fail_with("empty", got=list(array.shape))
+        if array.ndim not in self.ranks:
+            raise self._fail_with("rank", got=array.ndim)
         self._check_values(array)
         return array
 

@@ -1,0 +1,114 @@
+"""openapi.yaml: up to date, a valid OpenAPI 3.1 document, served as is, and true of real responses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from service.api import examples
+from service.openapi import spec_yaml
+
+SPEC_FILE = Path(__file__).resolve().parents[1] / "openapi.yaml"
+SPEC = yaml.safe_load(SPEC_FILE.read_text())
+OPERATIONS = [(path, method, operation) for path, item in SPEC["paths"].items()
+              for method, operation in item.items() if method in ("get", "post")]
+REGISTRY = Registry().with_resource("urn:spec", Resource(contents=SPEC, specification=DRAFT202012))
+
+
+def validator(schema: dict) -> Draft202012Validator:
+    """A JSON Schema 2020-12 validator resolving the spec's #/components refs."""
+    return Draft202012Validator({"$ref": "urn:spec#" + schema["$ref"][1:]} if "$ref" in schema else schema,
+                                registry=REGISTRY)
+
+
+def response_schema(path: str, method: str, status: str) -> tuple[str, dict]:
+    responses = SPEC["paths"][path][method]["responses"]
+    response = responses.get(status) or responses["default"]
+    if "$ref" in response:
+        response = SPEC["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
+    [(content_type, media)] = response["content"].items()
+    return content_type, media
+
+
+def test_checked_in_spec_is_what_the_code_generates(app):
+    assert SPEC_FILE.read_text() == spec_yaml(app), "openapi.yaml is stale: run `make openapi`"
+
+
+def test_spec_is_valid_openapi():
+    validate(SPEC)
+    assert SPEC["openapi"].startswith("3.1")
+
+
+def test_served_spec_equals_the_file(client):
+    assert client.get("/openapi.yaml").get_data(as_text=True) == SPEC_FILE.read_text()
+    assert client.get("/openapi.json").get_json() == SPEC
+
+
+@pytest.mark.parametrize(("path", "method", "operation"), OPERATIONS, ids=[f"{m} {p}" for p, m, _ in OPERATIONS])
+def test_every_operation_is_described_with_examples_and_errors(path, method, operation):
+    assert operation["summary"] and operation["description"]
+    assert "example" in operation["responses"]["200"]["content"]["application/json"]
+    if method == "post":
+        assert "example" in operation["requestBody"]["content"]["application/json"]
+        assert {"400", "413", "415", "422"} <= operation["responses"].keys()
+    assert "default" in operation["responses"]
+    for status, response in operation["responses"].items():
+        if status != "200":
+            assert response["$ref"].startswith("#/components/responses/")
+
+
+def request_for(path: str, method: str, client, name: str | None = None):
+    name = name or path.rsplit("/", 1)[1]
+    if method == "post":
+        return client.post(path, json=examples.request(name))
+    query = examples.REQUESTS.get(name)
+    return client.get(path.replace("{name}", "multi-head") + (f"?{urlencode(query)}" if query else ""))
+
+
+@pytest.mark.parametrize(("path", "method", "operation"), OPERATIONS, ids=[f"{m} {p}" for p, m, _ in OPERATIONS])
+def test_real_answers_match_their_schema_and_example(client, path, method, operation):
+    response = request_for(path, method, client)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    content_type, media = response_schema(path, method, "200")
+    assert response.mimetype == content_type
+    body = response.get_json()
+    validator(media["schema"]).validate(body)
+    validator(media["schema"]).validate(media["example"])
+    if not path.startswith("/v1/demos"):  # the demo examples are shortened
+        assert body == media["example"]
+
+
+@pytest.mark.parametrize(("path", "method", "status", "verb", "send"), [
+    ("/v1/attention", "post", "400", "post", {"data": b"{", "content_type": "application/json"}),
+    ("/v1/attention", "post", "415", "post", {"data": b"{}", "content_type": "text/plain"}),
+    ("/v1/attention", "post", "422", "post", {"json": {"query": [[True]]}}),
+    ("/v1/embed", "post", "422", "post", {"json": {"tokens": ["dog"]}}),
+    ("/v1/encoder", "post", "422", "post", {"json": {"tokens": ["cat"], "n_heads": 1, "n_layers": 99}}),
+    ("/v1/causal-mask", "get", "422", "get", {"query_string": {"size": "x"}}),
+    ("/v1/demos/{name}", "get", "404", "get", {}),
+    ("/v1/attention", "post", "405", "get", {}),
+])
+def test_real_errors_match_the_problem_schema(client, path, method, status, verb, send):
+    response = getattr(client, verb)(path.replace("{name}", "nope"), **send)
+    assert str(response.status_code) == status
+    content_type, media = response_schema(path, method, status)
+    assert response.mimetype == content_type == "application/problem+json"
+    validator(media["schema"]).validate(response.get_json())
+
+
+def test_tensor_fields_are_documented_as_nested_number_arrays():
+    query = SPEC["components"]["schemas"]["AttentionRequest"]["properties"]["query"]
+    matrix, batch = query["oneOf"]
+    assert matrix["items"]["items"] == {"type": "number"}
+    assert batch["items"]["items"]["items"] == {"type": "number"}
+    mask = SPEC["components"]["schemas"]["AttentionRequest"]["properties"]["mask"]
+    assert {"type": "boolean"} in [m["items"] for m in mask["anyOf"][0]["oneOf"]]
+    weights = SPEC["components"]["schemas"]["AttentionResponse"]["properties"]["weights"]
+    assert {"type": "null"} in weights["anyOf"]

@@ -1,0 +1,100 @@
+"""Limits: served at GET /v1/limits, read from the environment, enforced at and just past the boundary."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import assert_problem
+
+from service import create_app
+from service.limits import Limits, env_name
+
+
+def client_with(**limits):
+    return create_app({"TESTING": True, "LIMITS": Limits(**limits)}).test_client()
+
+
+def test_limits_are_served_with_their_defaults(client):
+    assert client.get("/v1/limits").get_json() == dataclasses.asdict(Limits())
+
+
+def test_limits_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ATTENTION_MAX_HEADS", "3")
+    monkeypatch.setenv(env_name("max_body_bytes"), "4096")
+    served = create_app({"TESTING": True}).test_client().get("/v1/limits").get_json()
+    assert served["max_heads"] == 3 and served["max_body_bytes"] == 4096
+    monkeypatch.setenv("ATTENTION_MAX_LAYERS", "0")
+    with pytest.raises(ValueError, match="ATTENTION_MAX_LAYERS"):
+        Limits.from_env()
+
+
+def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> dict:
+    def tensor(n):
+        shape = (n, d) if batch is None else (batch, n, d)
+        return np.ones(shape).tolist()
+    return {"query": tensor(n_q), "key": tensor(n_k), "value": tensor(n_k)}
+
+
+@pytest.mark.parametrize(("limits", "path", "at", "past", "name", "pointer"), [
+    ({"max_sequence_length": 4}, "/v1/attention", attention_of(4, 4), attention_of(5, 4),
+     "max_sequence_length", "/query"),
+    ({"max_d_model": 3}, "/v1/attention", attention_of(2, 2, d=3), attention_of(2, 2, d=4), "max_d_model", "/query"),
+    ({"max_weight_elements": 12}, "/v1/attention", attention_of(2, 3, batch=2), attention_of(2, 4, batch=2),
+     "max_weight_elements", "/query"),
+    ({"max_heads": 2}, "/v1/multi-head-attention", {"tokens": ["cat"], "n_heads": 2},
+     {"tokens": ["cat"], "n_heads": 4}, "max_heads", "/n_heads"),
+    ({"max_weight_elements": 2 * 2 * 9}, "/v1/encoder", {"tokens": ["cat"] * 3, "n_heads": 2, "n_layers": 2},
+     {"tokens": ["cat"] * 3, "n_heads": 2, "n_layers": 3}, "max_weight_elements", "/embeddings"),
+    ({"max_layers": 2}, "/v1/encoder", {"tokens": ["cat"], "n_heads": 1, "n_layers": 2},
+     {"tokens": ["cat"], "n_heads": 1, "n_layers": 3}, "max_layers", "/n_layers"),
+    ({"max_d_ff": 16}, "/v1/encoder", {"tokens": ["cat"], "n_heads": 1, "d_ff": 16},
+     {"tokens": ["cat"], "n_heads": 1, "d_ff": 17}, "max_d_ff", "/d_ff"),
+    ({"max_d_ff": 16}, "/v1/encoder", {"tokens": ["cat"], "n_heads": 1, "d_model": 4},
+     {"tokens": ["cat"], "n_heads": 1, "d_model": 5}, "max_d_ff", "/d_ff"),
+    ({"max_sequence_length": 2}, "/v1/embed", {"tokens": ["cat", "it"]}, {"tokens": ["cat", "it", "the"]},
+     "max_sequence_length", "/tokens"),
+    ({"max_d_model": 6}, "/v1/self-attention", {"tokens": ["cat"], "d_model": 6},
+     {"tokens": ["cat"], "d_model": 7}, "max_d_model", "/d_model"),
+    ({"max_d_model": 6}, "/v1/self-attention", {"tokens": ["cat"], "d_k": 6},
+     {"tokens": ["cat"], "d_k": 7}, "max_d_model", "/d_k"),
+])
+def test_limits_at_and_just_past_the_boundary(limits, path, at, past, name, pointer):
+    client = client_with(**limits)
+    assert client.post(path, json=at).status_code == 200
+    body = assert_problem(client.post(path, json=past), 422, pointer)
+    assert body["limit"]["name"] == name and body["limit"]["maximum"] == next(iter(limits.values()))
+    assert body["type"].endswith("limit-exceeded") and name in body["detail"]
+
+
+@pytest.mark.parametrize(("url", "parameter"), [("/v1/positional-encoding?n_positions={}&d_model=2", "n_positions"),
+                                                ("/v1/positional-encoding?n_positions=2&d_model={}", "d_model"),
+                                                ("/v1/causal-mask?size={}", "size")])
+def test_query_limits_at_and_past_the_boundary(url, parameter):
+    client = client_with(max_sequence_length=8, max_d_model=8)
+    assert client.get(url.format(8)).status_code == 200
+    assert assert_problem(client.get(url.format(9)), 422, parameter)["limit"]["value"] == 9
+
+
+def test_json_depth_at_and_past_the_limit():
+    client = client_with(max_json_depth=4)
+    at = {"query": [[[1.0]]], "key": [[[1.0]]], "value": [[[1.0]]]}  # object + 3 arrays = depth 4
+    assert client.post("/v1/attention", json=at).get_json()["output"] == [[[1.0]]]
+    deep = b'{"query": [[[[1.0]]]], "note": "[[[[[[[["}'
+    assert assert_problem(client.post("/v1/attention", data=deep, content_type="application/json"),
+                          422, "")["limit"] == {"name": "max_json_depth", "maximum": 4, "value": 5}
+
+
+def test_orjson_depth_never_reaches_a_recursive_validator(client):
+    deep = b"[" * 1000 + b"]" * 1000
+    body = assert_problem(client.post("/v1/attention", data=b'{"query": ' + deep + b"}",
+                                      content_type="application/json"), 422)
+    assert body["limit"]["name"] == "max_json_depth"
+
+
+def test_body_bytes_at_and_past_the_limit():
+    body = b'{"query": [[1.0]], "key": [[1.0]], "value": [[7.0]]}'
+    at, past = client_with(max_body_bytes=len(body)), client_with(max_body_bytes=len(body) - 1)
+    assert at.post("/v1/attention", data=body, content_type="application/json").get_json()["output"] == [[7.0]]
+    assert_problem(past.post("/v1/attention", data=body, content_type="application/json"), 413)
