@@ -1,0 +1,131 @@
+"""The real server: gunicorn with service/gunicorn.conf.py on a free loopback port, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """Base URL of a running gunicorn (2 workers, 4 KiB body limit); always stopped afterwards."""
+    if not GUNICORN.exists():
+        pytest.skip(f"gunicorn not installed next to {sys.executable}")
+    port = free_port()
+    env = {**os.environ, "PORT": str(port), "WEB_CONCURRENCY": "2", "ATTENTION_MAX_BODY_BYTES": "4096"}
+    process = subprocess.Popen([str(GUNICORN), "-c", "service/gunicorn.conf.py", "service.wsgi:app"], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if process.poll() is not None:
+                pytest.fail(f"gunicorn exited: {process.stdout.read(4000)!r}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"gunicorn did not answer within {START_TIMEOUT} s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        process.stdout.close()
+
+
+def test_multi_head_over_real_http(server, seed_script):
+    tokens = ["the", "cat", "ate", "food", "it"]
+    x = np.pad(seed_script.embed(tokens), ((0, 0), (0, 4))) + seed_script.positional_encoding(5, 8)
+    _, heads = seed_script.MultiHeadAttention(8, 4)(x, mask=seed_script.causal_mask(5))
+    response = requests.post(f"{server}/v1/multi-head-attention", timeout=10, json={
+        "tokens": tokens, "d_model": 8, "n_heads": 4, "positional_encoding": True, "causal": True})
+    assert response.headers["Content-Type"] == "application/json"
+    np.testing.assert_allclose(response.json()["weights"], np.stack(heads), rtol=1e-12, atol=1e-15)
+
+
+def test_limits_and_readiness_over_real_http(server):
+    assert requests.get(f"{server}/v1/limits", timeout=10).json()["max_body_bytes"] == 4096
+    assert requests.get(f"{server}/readyz", timeout=10).json() == {"status": "ready"}
+
+
+def test_chunked_oversize_body_is_413_over_real_http(server):
+    def chunks():  # a generator body is sent with Transfer-Encoding: chunked, no Content-Length
+        yield b'{"query": [['
+        for _ in range(2000):
+            yield b"1.0, "
+        yield b"1.0]]}"
+
+    response = requests.post(f"{server}/v1/attention", data=chunks(), timeout=10,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert "max_body_bytes" in response.json()["detail"]
+
+
+def test_chunked_small_body_is_answered_over_real_http(server):
+    def chunks():
+        yield b'{"query": [[1.0]], "key": [[1.0]], '
+        yield b'"value": [[6.0]]}'
+
+    response = requests.post(f"{server}/v1/attention", data=chunks(), timeout=10,
+                             headers={"Content-Type": "application/json"})
+    assert response.json() == {"output": [[6.0]], "weights": [[1.0]]}
+
+
+def test_errors_over_real_http(server):
+    missing = requests.get(f"{server}/v1/missing", timeout=10)
+    assert missing.status_code == 404 and missing.json()["status"] == 404
+    spec = requests.get(f"{server}/openapi.yaml", timeout=10)
+    assert spec.text == (ROOT / "openapi.yaml").read_text()
+
+
+def load_conf(monkeypatch, **env: str) -> dict:
+    import runpy
+
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "WEB_CONCURRENCY", "PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))
+
+
+def test_gunicorn_defaults(monkeypatch):
+    conf = load_conf(monkeypatch)
+    assert conf["worker_class"] == "sync" and conf["bind"] == "127.0.0.1:8000"
+    assert conf["workers"] == len(os.sched_getaffinity(0))
+    assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
+    assert conf["timeout"] > conf["graceful_timeout"] > 0
+    assert conf["max_requests"] >= 1000 and 0 < conf["max_requests_jitter"] < conf["max_requests"]
+
+
+def test_gunicorn_settings_follow_the_environment(monkeypatch):
+    conf = load_conf(monkeypatch, PORT="9123", WEB_CONCURRENCY="3", GUNICORN_TIMEOUT="60",
+                     GUNICORN_MAX_REQUESTS="500", OPENBLAS_NUM_THREADS="2")
+    assert conf["bind"] == "127.0.0.1:9123" and conf["workers"] == 3 and conf["timeout"] == 60
+    assert conf["max_requests"] == 500 and os.environ["OPENBLAS_NUM_THREADS"] == "2"
