@@ -8,7 +8,8 @@ compute), then calls the engine. No Flask here, so a batch endpoint can call the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -110,10 +111,23 @@ def _check_weights(x: np.ndarray, mask: np.ndarray | None, heads: int, limits: L
     limits.check("max_weight_elements", batch * heads * n * n * layers, pointer=pointer("embeddings"))
 
 
+@contextmanager
+def _blame_input(params: Params) -> Iterator[None]:
+    """Engine errors about a layer's input (X, or the Q, K, V projected from it, e.g. an overflow)
+    point at the request's ``embeddings`` or ``tokens``."""
+    try:
+        yield
+    except engine.AttentionError as exc:
+        if exc.argument not in ("X", "query", "key", "value"):
+            raise
+        raise ValidationProblem.at(pointer("tokens" if "tokens" in params else "embeddings"), str(exc)) from None
+
+
 def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params) -> Result:
     options = {"mask": params["mask"], "causal": params["causal"]}
-    return _run(params, lambda weights: layer(x, return_weights=weights, **options),
-                lambda: layer.trace(x, **options))
+    with _blame_input(params):
+        return _run(params, lambda weights: layer(x, return_weights=weights, **options),
+                    lambda: layer.trace(x, **options))
 
 
 def compute_self_attention(params: Params, limits: Limits) -> Result:
@@ -142,7 +156,8 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     limits.check("max_d_ff", params.get("d_ff", 4 * x.shape[-1]), pointer=pointer("d_ff"))
     _check_weights(x, params["mask"], params["n_heads"], limits, params["n_layers"])
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
-    output, layers = encoder(x, params["mask"], causal=params["causal"], return_weights=params["return_weights"])
+    with _blame_input(params):
+        output, layers = encoder(x, params["mask"], causal=params["causal"], return_weights=params["return_weights"])
     return {"output": output, "layers": [{"weights": weights} for weights in layers]}
 
 

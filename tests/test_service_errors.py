@@ -140,3 +140,10 @@ def test_unexpected_exception_is_a_500_problem_without_internals(app, monkeypatc
     monkeypatch.setattr("attention.scaled_dot_product_attention", broken)
     body = assert_problem(app.test_client().post("/v1/attention", json=GOOD), 500)
     assert "secret" not in body["detail"]
+
+
+@pytest.mark.parametrize(("path", "extra"), [("/v1/self-attention", {}), ("/v1/multi-head-attention", {"n_heads": 1}),
+                                             ("/v1/encoder", {"n_heads": 1})])
+def test_overflowing_inputs_are_422_at_the_input(client, path, extra):
+    response = client.post(path, json={"embeddings": [[1e300, 1e300], [1.0, 1.0]], **extra})
+    assert "overflow" in assert_problem(response, 422, "/embeddings")["detail"]
