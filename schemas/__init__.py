@@ -1,0 +1,1 @@
+"""marshmallow schemas of the HTTP service: requests, responses, problems; the tensor fields."""
