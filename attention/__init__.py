@@ -8,7 +8,7 @@ No training, no web code: the HTTP service imports this, never the other way rou
 """
 
 from .demos import DEMOS, Demo
-from .encoder import Encoder, EncoderBlock, layer_norm
+from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, layer_norm
 from .errors import AttentionError, UnknownTokenError
 from .functional import AttentionTrace, scaled_dot_product_attention, softmax, trace_attention
 from .layers import MultiHeadAttention, SelfAttention
@@ -18,7 +18,7 @@ from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
 
 __all__ = [
     "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionTrace", "Demo", "Encoder",
-    "EncoderBlock", "MultiHeadAttention", "SelfAttention", "UnknownTokenError", "causal_mask", "embed",
-    "layer_norm", "padding_mask", "positional_encoding", "scaled_dot_product_attention", "softmax",
-    "trace_attention",
+    "EncoderBlock", "EncoderLayerTrace", "MultiHeadAttention", "SelfAttention", "UnknownTokenError",
+    "causal_mask", "embed", "layer_norm", "padding_mask", "positional_encoding",
+    "scaled_dot_product_attention", "softmax", "trace_attention",
 ]

@@ -11,11 +11,13 @@ shift, and the weights are random draws from a seed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ._checks import positive_int, seed_int
-from .functional import require_finite
-from .layers import MultiHeadAttention
+from .functional import AttentionTrace, require_finite
+from .layers import CastCache, MultiHeadAttention
 
 LAYER_NORM_EPS = 1e-5        # PyTorch's default: keeps a constant row from dividing by zero
 FEED_FORWARD_SEED_OFFSET = 200
@@ -45,27 +47,49 @@ class EncoderBlock:
         rng = np.random.default_rng(seed_int(seed) + FEED_FORWARD_SEED_OFFSET)
         self.w_1 = rng.normal(0, 1 / np.sqrt(self.d_model), (self.d_model, self.d_ff))
         self.w_2 = rng.normal(0, 1 / np.sqrt(self.d_ff), (self.d_ff, self.d_model))
-        self._w = {np.dtype(np.float64): (self.w_1, self.w_2)}
+        self._cast = CastCache(w_1=self.w_1, w_2=self.w_2)
 
     def feed_forward(self, x: np.ndarray) -> np.ndarray:
         """Position-wise: each token alone goes through ReLU(x W_1) W_2, (..., n, d_model)."""
-        key = x.dtype
-        if key not in self._w:
-            self._w[key] = (self.w_1.astype(key), self.w_2.astype(key))
-        w_1, w_2 = self._w[key]
-        hidden = x @ w_1                                  # (..., n, d_ff)
+        w = self._cast.get(x.dtype)
+        hidden = x @ w["w_1"]                             # (..., n, d_ff)
         np.maximum(hidden, 0, out=hidden)                 # ReLU
-        return hidden @ w_2                               # (..., n, d_model)
+        return hidden @ w["w_2"]                          # (..., n, d_model)
 
     def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
         """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None)."""
         attended, weights = self.attention(X, mask, causal=causal, return_weights=return_weights)
-        with np.errstate(over="ignore", invalid="ignore"):
-            x = layer_norm(np.asarray(X, dtype=attended.dtype) + attended)   # add & norm
-        with np.errstate(over="ignore", invalid="ignore"):
-            x = layer_norm(x + self.feed_forward(x))                     # add & norm
-        require_finite(x, "X")
-        return x, weights
+        return self._after_attention(X, attended)[-1], weights
+
+    def trace(self, X, mask=None, *, causal: bool = False) -> EncoderLayerTrace:
+        """Every stage of the block for X (..., n, d_model): attention (per head), both add & norms, FFN."""
+        stages = self.attention.trace(X, mask, causal=causal)
+        first, feed_forward, output = self._after_attention(X, stages.output)
+        return EncoderLayerTrace(stages, first, feed_forward, output)
+
+    def _after_attention(self, X, attended: np.ndarray):
+        """add & norm -> feed-forward -> add & norm; returns the three stages, each (..., n, d_model)."""
+        with np.errstate(over="ignore", invalid="ignore"):               # overflow is reported below
+            first = layer_norm(np.asarray(X, dtype=attended.dtype) + attended)   # add & norm
+            feed_forward = self.feed_forward(first)
+            output = layer_norm(first + feed_forward)                        # add & norm
+        require_finite(output, "X")
+        return first, feed_forward, output
+
+
+@dataclass(frozen=True)
+class EncoderLayerTrace:
+    """One block's stages: the attention trace (per head; its output is after W_o), the first
+    add & norm, the feed-forward output, and the block output, each (..., n, d_model)."""
+
+    attention: AttentionTrace
+    add_norm_1: np.ndarray
+    feed_forward: np.ndarray
+    output: np.ndarray
+
+    def as_dict(self) -> dict:
+        return {"attention": self.attention.as_dict(), "add_norm_1": self.add_norm_1,
+                "feed_forward": self.feed_forward, "output": self.output}
 
 
 class Encoder:
@@ -85,3 +109,11 @@ class Encoder:
             x, weights = block(x, mask, causal=causal, return_weights=return_weights)
             per_layer.append(weights)
         return x, per_layer
+
+    def trace(self, X, mask=None, *, causal: bool = False) -> list[EncoderLayerTrace]:
+        """Every stage of every layer, in order; the last layer's ``output`` is the encoder's."""
+        x, layers = X, []
+        for block in self.blocks:
+            layers.append(block.trace(x, mask, causal=causal))
+            x = layers[-1].output
+        return layers

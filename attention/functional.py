@@ -73,6 +73,22 @@ def _softmax_rows_inplace(tile: np.ndarray) -> None:
     tile *= total
 
 
+def _scores_may_overflow(q: np.ndarray, k: np.ndarray) -> bool:
+    """Whether any q.k could leave the dtype's range: bounded by max|q| * max|k| * d_k.
+
+    Cheap (one pass over q and k), so the per-tile finiteness check runs only for inputs
+    large enough to need it. Python floats make the bound itself immune to overflow.
+    """
+    bound = float(np.abs(q).max(initial=0)) * float(np.abs(k).max(initial=0)) * q.shape[-1]
+    return not bound < float(np.finfo(q.dtype).max) / 4
+
+
+def _require_finite_scores(scores: np.ndarray) -> None:
+    """-inf must mean "masked" only: a score that overflowed to +-inf is the input's fault."""
+    if not np.isfinite(scores).all():
+        raise AttentionError("query", "the attention scores overflowed: input values are too large")
+
+
 def require_finite(array: np.ndarray, argument: str) -> None:
     """Raise when a result overflowed: finite inputs so large that their products are not."""
     if not np.isfinite(array).all():
@@ -142,6 +158,7 @@ def _attend_tiles(q, k, v, mask, scale, causal, return_weights):
     k_t = k.swapaxes(-1, -2)                            # (G, d_k, n_k), a view
     output = np.empty((groups, n_q, d_v), dtype=q.dtype)
     weights = np.empty((groups, n_q, n_k), dtype=q.dtype) if return_weights else None
+    check_scores = _scores_may_overflow(q, k)
     scratch = None
     for gs, qs in _tiles(groups, n_q, n_k):
         if weights is not None:
@@ -152,6 +169,8 @@ def _attend_tiles(q, k, v, mask, scale, causal, return_weights):
                 scratch = np.empty(shape, dtype=q.dtype)
             tile = scratch
         np.matmul(q[gs, qs], k_t[gs], out=tile)         # (g, t, n_k) scaled scores
+        if check_scores:
+            _require_finite_scores(tile)
         allowed = _allowed_tile(mask, gs, qs, n_k, causal)
         if allowed is not None:
             np.copyto(tile, -np.inf, where=~allowed)    # -inf, not 0: 0 is an ordinary score
@@ -280,6 +299,7 @@ def trace_attention(Q, K, V, mask=None, *, scale: float | None = None, causal: b
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected and reported
         scores = q @ k.swapaxes(-1, -2)                 # (..., n_q, n_k) raw similarity
         scaled = scores * scale                         # (..., n_q, n_k)
+        _require_finite_scores(scaled)
         hidden = ~np.broadcast_to(allowed, scaled.shape)
         weights = np.where(hidden, -np.inf, scaled)     # -inf: softmax gives these exactly 0
         _softmax_rows_inplace(weights)

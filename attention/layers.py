@@ -62,7 +62,7 @@ def _input(X, name: str, d_model: int) -> np.ndarray:
     return x.astype(working_dtype(x), copy=False)
 
 
-class _CastCache:
+class CastCache:
     """Weights cast once per working dtype (float32 inputs must not upcast the computation)."""
 
     def __init__(self, **weights: np.ndarray) -> None:
@@ -94,7 +94,7 @@ class SelfAttention:
             )
         else:
             self.W_q, self.W_k, self.W_v = seeded_projections(self.d_model, self.d_k, seed_int(seed))
-        self._cast = _CastCache(w_q=self.W_q, w_k=self.W_k, w_v=self.W_v)
+        self._cast = CastCache(w_q=self.W_q, w_k=self.W_k, w_v=self.W_v)
 
     def _project(self, X):
         x = _input(X, "X", self.d_model)
@@ -151,7 +151,7 @@ class MultiHeadAttention:
         # One (d_model, 3*h*d_k) matrix: Q, K and V of every head in a single matmul.
         w_qkv = np.concatenate([w.transpose(1, 0, 2).reshape(self.d_model, -1) for w in (self.w_q, self.w_k, self.w_v)],
                                axis=1)
-        self._cast = _CastCache(w_qkv=w_qkv, w_o=self.w_o)
+        self._cast = CastCache(w_qkv=w_qkv, w_o=self.w_o)
 
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k)."""

@@ -197,3 +197,16 @@ def test_overflowing_scores_are_reported_not_nan():
     q = np.full((2, 4), 1e200)
     with pytest.raises(attention.AttentionError, match="overflow"):
         attention.scaled_dot_product_attention(q, q, q)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_scores_overflowing_to_minus_infinity_are_not_taken_for_masked(dtype):
+    big = 1e200 if dtype == np.float64 else 1e30
+    q = np.array([[big, 1.0], [1.0, 1.0]], dtype=dtype)
+    k = np.array([[-big, 1.0], [1.0, 1.0]], dtype=dtype)
+    with pytest.raises(attention.AttentionError, match="overflow"):
+        attention.scaled_dot_product_attention(q, k, k)
+    with pytest.raises(attention.AttentionError, match="overflow"):
+        attention.trace_attention(q, k, k)
+    with pytest.raises(attention.AttentionError, match="overflow"):
+        attention.SelfAttention(2, 2)(np.array([[1e200, 1], [1, 1]]))

@@ -197,3 +197,20 @@ def test_unknown_token_error_lists_both_sides():
         attention.embed(["the", "dog", "ran"])
     assert caught.value.unknown == ["dog", "ran"]
     assert caught.value.known == ["the", "cat", "ate", "food", "it"]
+
+
+def test_encoder_trace_matches_the_forward_pass(rng):
+    x = rng.normal(size=(6, 8))
+    encoder = attention.Encoder(8, 2, n_layers=2, d_ff=16, seed=1)
+    output, per_layer = encoder(x, causal=True)
+    layers = encoder.trace(x, causal=True)
+    assert len(layers) == 2
+    np.testing.assert_allclose(layers[-1].output, output, atol=1e-12)
+    for traced, weights in zip(layers, per_layer, strict=True):
+        np.testing.assert_allclose(traced.attention.weights, weights, atol=1e-13)
+    first = layers[0]
+    np.testing.assert_allclose(first.add_norm_1, attention.layer_norm(x + first.attention.output), atol=1e-12)
+    np.testing.assert_allclose(first.output, attention.layer_norm(first.add_norm_1 + first.feed_forward), atol=1e-12)
+    stages = first.as_dict()
+    assert list(stages) == ["attention", "add_norm_1", "feed_forward", "output"]
+    assert stages["attention"]["q"].shape == (2, 6, 4)
