@@ -28,7 +28,7 @@ class TraceSchema(Schema):
 
     scores = Tensor(ranks=(2, 3, 4), metadata={"description": "Raw scores QK^T."})
     scaled_scores = Tensor(ranks=(2, 3, 4), metadata={"description": "Scores times the scale."})
-    masked_scores = Tensor(ranks=(2, 3, 4), metadata={
+    masked_scores = Tensor(ranks=(2, 3, 4), null_leaves=True, metadata={
         "description": "Scaled scores with masked cells null (they become -inf before the softmax)."})
     weights = Tensor(ranks=(2, 3, 4), metadata={"description": "softmax(masked_scores), rows sum to 1."})
 

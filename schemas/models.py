@@ -85,6 +85,8 @@ class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
     n_layers = strict_int(1, load_default=6)
     d_ff = strict_int(1, metadata={"description": "Feed-forward width (default 4 * d_model)."})
     return_weights = strict_bool(load_default=True)
+    trace = strict_bool(load_default=False, metadata={
+        "description": "Add every layer's intermediates (`layers[i].trace`)."})
     mask = BoolTensor(load_default=None, ranks=(1, 2, 3), shape="broadcastable to (B, n, n)")
 
 
@@ -97,10 +99,27 @@ class ModelResponse(Schema):
     trace = fields.Nested(ProjectedTraceSchema, metadata={"description": "Only with trace=true."})
 
 
+class EncoderAttentionTrace(ProjectedTraceSchema):
+    """The attention stage of one encoder layer, per head, and its output after W_o."""
+
+    output = Tensor(ranks=BATCHABLE, metadata={"description": "Heads concatenated and mixed by W_o."})
+
+
+class EncoderLayerTrace(Schema):
+    """Every stage of one encoder block, each ``(..., n, d_model)`` except the per-head attention."""
+
+    attention = fields.Nested(EncoderAttentionTrace, required=True)
+    add_norm_1 = Tensor(required=True, ranks=BATCHABLE, metadata={"description": "layer_norm(X + attention)."})
+    feed_forward = Tensor(required=True, ranks=BATCHABLE, metadata={"description": "ReLU(x W_1) W_2."})
+    output = Tensor(required=True, ranks=BATCHABLE, metadata={
+        "description": "layer_norm(add_norm_1 + feed_forward): the next layer's input."})
+
+
 class LayerWeights(Schema):
-    """One encoder layer's attention weights ``(..., h, n, n)``."""
+    """One encoder layer's attention weights ``(..., h, n, n)``, and its trace with trace=true."""
 
     weights = Tensor(required=True, allow_none=True, ranks=(3, 4))
+    trace = fields.Nested(EncoderLayerTrace, metadata={"description": "Only with trace=true."})
 
 
 class EncoderResponse(Schema):

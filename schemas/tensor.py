@@ -85,10 +85,13 @@ class Tensor(fields.Field):
         "finite": "Every number must be finite (NaN and Infinity are not JSON; this one overflowed).",
     }
 
-    def __init__(self, *, ranks: Iterable[int] = (2,), shape: str = "", **kwargs: Any) -> None:
+    def __init__(self, *, ranks: Iterable[int] = (2,), shape: str = "", null_leaves: bool = False,
+                 **kwargs: Any) -> None:
+        """``null_leaves``: (responses only) some cells may be null, e.g. masked scores."""
         super().__init__(**kwargs)
         self.ranks = tuple(ranks)
         self.shape = shape
+        self.null_leaves = null_leaves
 
     def _message(self, key: str, **kwargs: Any) -> str:
         ranks = " or ".join(str(r) for r in self.ranks)
@@ -133,7 +136,7 @@ class Tensor(fields.Field):
         leaf_type = "boolean" if self.dtype is np.bool_ else "number"
         variants = []
         for rank in self.ranks:
-            schema: dict[str, Any] = {"type": leaf_type}
+            schema: dict[str, Any] = {"type": [leaf_type, "null"] if self.null_leaves else leaf_type}
             for _ in range(rank):
                 schema = {"type": "array", "minItems": 1, "items": schema}
             variants.append(schema)

@@ -156,9 +156,15 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     limits.check("max_d_ff", params.get("d_ff", 4 * x.shape[-1]), pointer=pointer("d_ff"))
     _check_weights(x, params["mask"], params["n_heads"], limits, params["n_layers"])
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
+    options = {"mask": params["mask"], "causal": params["causal"]}
     with _blame_input(params):
-        output, layers = encoder(x, params["mask"], causal=params["causal"], return_weights=params["return_weights"])
-    return {"output": output, "layers": [{"weights": weights} for weights in layers]}
+        if params["trace"]:
+            layers = encoder.trace(x, **options)
+            return {"output": layers[-1].output, "layers": [
+                {"weights": t.attention.weights if params["return_weights"] else None, "trace": t.as_dict()}
+                for t in layers]}
+        output, weights = encoder(x, return_weights=params["return_weights"], **options)
+    return {"output": output, "layers": [{"weights": w} for w in weights]}
 
 
 def compute_embed(params: Params, limits: Limits) -> Result:

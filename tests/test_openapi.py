@@ -112,3 +112,19 @@ def test_tensor_fields_are_documented_as_nested_number_arrays():
     assert {"type": "boolean"} in [m["items"] for m in mask["anyOf"][0]["oneOf"]]
     weights = SPEC["components"]["schemas"]["AttentionResponse"]["properties"]["weights"]
     assert {"type": "null"} in weights["anyOf"]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/attention", {"query": [[1.0, 0.0], [0.0, 1.0]], "key": [[1.0, 0.0], [0.0, 1.0]],
+                       "value": [[1.0], [2.0]], "causal": True, "trace": True}),
+    ("/v1/self-attention", {"tokens": ["the", "cat", "it"], "causal": True, "trace": True}),
+    ("/v1/multi-head-attention", {"tokens": ["the", "cat", "it"], "d_model": 8, "n_heads": 2, "causal": True,
+                                  "trace": True, "return_weights": False}),
+    ("/v1/encoder", {"tokens": ["the", "cat", "it"], "n_heads": 2, "n_layers": 2, "causal": True, "trace": True}),
+])
+def test_traces_with_masked_cells_match_their_schema(client, path, body):
+    response = client.post(path, json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    _, media = response_schema(path, "post", "200")
+    validator(media["schema"]).validate(response.get_json())
+    assert "null" in response.get_data(as_text=True)              # the masked cells really are null

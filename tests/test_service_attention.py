@@ -119,6 +119,19 @@ def test_encoder_layers_and_shapes(client):
     assert quiet["output"] == body["output"]
 
 
-def test_encoder_refuses_trace(client):
-    response = client.post("/v1/encoder", json={"tokens": ["cat"], "n_heads": 1, "trace": True})
+def test_encoder_trace_shows_every_layer_stage(client):
+    request = {"tokens": SENTENCE, "d_model": 8, "n_heads": 4, "n_layers": 2, "causal": True}
+    plain = client.post("/v1/encoder", json=request).get_json()
+    body = client.post("/v1/encoder", json={**request, "trace": True}).get_json()
+    np.testing.assert_allclose(body["output"], plain["output"], atol=1e-12)
+    first, second = (layer["trace"] for layer in body["layers"])
+    assert np.asarray(first["attention"]["q"]).shape == (4, 5, 2)
+    assert first["attention"]["masked_scores"][0][0][1] is None             # causal: masked cells are null
+    np.testing.assert_allclose(first["attention"]["weights"], plain["layers"][0]["weights"], atol=1e-12)
+    np.testing.assert_allclose(second["output"], body["output"], atol=1e-12)
+    assert set(first) == {"attention", "add_norm_1", "feed_forward", "output"}
+
+
+def test_encoder_trace_type_is_checked(client):
+    response = client.post("/v1/encoder", json={"tokens": ["cat"], "n_heads": 1, "trace": "yes"})
     assert_problem(response, 422, "/trace")
