@@ -11,13 +11,13 @@ from typing import Any
 from flask import Flask
 
 from service import health
-from service.api import attention, demos, limits, reference
+from service.api import attention, demos, heatmap, limits, reference
 from service.jsonio import OrjsonProvider
 from service.limits import Limits
 from service.smorest import init_api
 
 # flask-smorest blueprints: routed and documented in the OpenAPI spec.
-BLUEPRINTS = (attention.blp, reference.blp, demos.blp, limits.blp, health.blp)
+BLUEPRINTS = (attention.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp)
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:

@@ -30,6 +30,7 @@ class Limits:
     max_layers: int = 6
     max_weight_elements: int = 2**20
     max_json_depth: int = 32
+    max_heatmap_cells: int = 16384
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
@@ -68,6 +69,7 @@ DESCRIPTIONS = {
     "max_layers": "Encoder layers.",
     "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder).",
     "max_json_depth": "Nesting depth of the JSON body.",
+    "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
 }
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app
+from flask import Response, current_app
 from marshmallow import Schema
 
-from service import compute
+from schemas.heatmap import FormatQuery
+from service import compute, pictures
 from service.api import examples
 from service.jsonio import round_arrays
 from service.smorest import BODY_ERRORS, Blueprint
+
+SVG = "image/svg+xml"
 
 
 def current_limits() -> compute.Limits:
@@ -18,16 +21,32 @@ def current_limits() -> compute.Limits:
     return current_app.extensions["limits"]
 
 
+def svg_response(svg: str) -> Response:
+    """An image/svg+xml answer."""
+    return Response(svg, mimetype=SVG)
+
+
+def svg_doc(description: str, example: str | None = None) -> dict[str, Any]:
+    """OpenAPI doc of a 200 answer that is an SVG image (with a real answer as ``example``)."""
+    media = {"schema": {"type": "string"}, **({"example": example} if example else {})}
+    return {"responses": {200: {"description": description, "content": {SVG: media}}}}
+
+
 def compute_route(blp: Blueprint, path: str, name: str, response: type[Schema], doc: str,
-                  *, method: str = "POST") -> None:
+                  *, method: str = "POST", svg: bool = False) -> None:
     """Route ``path`` to: validate with the endpoint's schema -> ``compute_*`` -> round -> serialise.
 
     ``name`` is a key of :data:`service.compute.ENDPOINTS`; ``doc`` is the operation's docs
     (first line summary, then description). The request example and its real answer are documented.
+    With ``svg``, ``?format=svg`` answers with the heatmap of the weights instead (service.pictures).
     """
     endpoint = compute.ENDPOINTS[name]
 
-    def view(params: dict[str, Any]) -> Any:
+    def view(params: dict[str, Any], format: str = "json") -> Any:
+        if format == "svg":  # the picture needs the weights, and nothing else
+            params = {**params, "return_weights": True, "trace": False}
+            result = endpoint.compute(params, current_limits())
+            return svg_response(pictures.compute_heatmap(name, params, result, current_limits()))
         return round_arrays(endpoint.compute(params, current_limits()), params.get("decimals"))
 
     view.__name__ = name.replace("-", "_")
@@ -38,4 +57,7 @@ def compute_route(blp: Blueprint, path: str, name: str, response: type[Schema], 
     view = blp.response(200, response, example=examples.response(name))(view)
     request_example = {"example": examples.request(name)} if location == "json" else {}
     view = blp.arguments(endpoint.schema, location=location, **request_example)(view)
+    if svg:
+        view = blp.doc(**svg_doc("The answer, or with format=svg the heatmap of its weights."))(view)
+        view = blp.arguments(FormatQuery, location="query", as_kwargs=True)(view)
     blp.route(path, methods=[method])(view)
