@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Flask
 
-from service import health
+from service import health, pages
 from service.api import attention, demos, heatmap, limits, reference
 from service.jsonio import OrjsonProvider
 from service.limits import Limits
@@ -33,4 +33,5 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from service import openapi  # late: `python -m service.openapi` runs that module as __main__
 
     app.register_blueprint(openapi.blp)  # serves the spec; not itself documented
+    app.register_blueprint(pages.blp)  # the playground and the docs page; not part of the API
     return app

@@ -104,7 +104,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_num(width)} {_num(height)}" '
-        f'width="{_num(width)}" height="{_num(height)}" role="img" font-family="{FONT}">',
+        f'width="{_num(width)}" height="{_num(height)}" font-family="{FONT}">',
         f"<title>{clean(title or 'Attention weights')}</title>",
         '<defs><pattern id="masked" width="6" height="6" patternUnits="userSpaceOnUse" '
         f'patternTransform="rotate(45)"><rect width="6" height="6" fill="{MASKED}"/>'

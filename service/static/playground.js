@@ -1,0 +1,209 @@
+// The attention playground: plain DOM code over the public HTTP API (no framework, no build step).
+// Every number shown comes from the API; relative URLs so the page works behind a path prefix.
+"use strict";
+
+const STEPS = [
+  ["scores", "Raw scores Q·Kᵀ", "How well each query matches each key: the dot product of their vectors."],
+  ["scaled_scores", "Scaled", "Divided by √d_k so that wide heads do not push the softmax to a hard argmax."],
+  ["masked_scores", "Masked", "Positions a token may not see are set to −∞ (shown as “masked”)."],
+  ["weights", "Softmax weights", "exp of each score over the row's sum: every row now sums to 1."],
+];
+
+const $ = (selector) => document.querySelector(selector);
+
+function element(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  node.append(...children);
+  return node;
+}
+
+function formatNumber(value) {
+  if (value === null) return "masked";
+  if (typeof value !== "number") return String(value);
+  return Number.isInteger(value) ? String(value) : value.toFixed(3);
+}
+
+// fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.
+async function api(path, options = {}) {
+  const response = await fetch(path, options);
+  const type = response.headers.get("Content-Type") || "";
+  if (!response.ok) {
+    const problem = type.includes("json") ? await response.json() : {detail: await response.text()};
+    const where = (problem.errors || []).map((e) => `${e.pointer || e.parameter}: ${e.detail}`);
+    throw new Error(where.length ? where.join("\n") : problem.detail || response.statusText);
+  }
+  return type.includes("svg") ? response.text() : response.json();
+}
+
+const postJson = (path, body) => api(path, {
+  method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
+});
+
+// Parse an SVG answer into live DOM (cells keep data-value and <title>), with ids made unique per figure.
+function svgNode(text, prefix) {
+  const svg = document.importNode(new DOMParser().parseFromString(text, "image/svg+xml").documentElement, true);
+  for (const node of svg.querySelectorAll("[id]")) {
+    const old = node.id;
+    node.id = `${prefix}-${old}`;
+    for (const user of svg.querySelectorAll(`[fill="url(#${old})"]`)) user.setAttribute("fill", `url(#${node.id})`);
+  }
+  return svg;
+}
+
+// A matrix as a table; row/column headers are the tokens (or positions).
+function matrixTable(matrix, rowLabels, colLabels, caption) {
+  const head = element("tr", {}, element("th", {scope: "col"}, ""),
+    ...colLabels.map((label) => element("th", {scope: "col"}, label)));
+  const rows = matrix.map((row, i) => element("tr", {}, element("th", {scope: "row"}, rowLabels[i]),
+    ...row.map((value) => element("td", {class: value === null ? "masked" : ""}, formatNumber(value)))));
+  const table = element("table", {}, element("caption", {}, caption), element("thead", {}, head),
+    element("tbody", {}, ...rows));
+  return element("div", {class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption}, table);
+}
+
+function readRequest() {
+  const body = {
+    n_heads: Number($("#heads").value),
+    seed: Number($("#seed").value),
+    causal: $("#causal").checked,
+    positional_encoding: $("#positional").checked,
+    trace: true,
+  };
+  if ($("#source-tokens").checked) {
+    body.tokens = $("#tokens").value.trim().split(/\s+/).filter(Boolean);
+    body.d_model = Number($("#d-model").value);
+    return {body, labels: body.tokens};
+  }
+  try {
+    body.embeddings = JSON.parse($("#embeddings").value);
+  } catch (error) {
+    throw new Error(`The embeddings are not valid JSON: ${error.message}`);
+  }
+  const count = Array.isArray(body.embeddings) ? body.embeddings.length : 0;
+  return {body, labels: Array.from({length: count}, (_, i) => String(i))};
+}
+
+function showTrace(answer, labels, head) {
+  const trace = $("#trace");
+  trace.replaceChildren();
+  for (const [key, title, explanation] of STEPS) {
+    trace.append(element("li", {}, element("h3", {}, title), element("p", {class: "help"}, explanation),
+      matrixTable(answer.trace[key][head], labels, labels, `${title}, head ${head}`)));
+  }
+  const width = answer.output[0].length;
+  trace.append(element("li", {}, element("h3", {}, "Output"),
+    element("p", {class: "help"}, "Each head's weights average its value vectors; the heads are concatenated " +
+      "and mixed by W_o into one vector per token, as wide as the input (d_model)."),
+    matrixTable(answer.output, labels, Array.from({length: width}, (_, j) => `d${j}`), "Output, all heads")));
+}
+
+async function run(event) {
+  event.preventDefault();
+  const error = $("#error");
+  error.hidden = true;
+  $("#run").disabled = true;
+  $("#status").textContent = "Running…";
+  try {
+    const {body, labels} = readRequest();
+    const answer = await postJson("v1/multi-head-attention", body);
+    const heads = answer.weights;
+    const pictures = await Promise.all(heads.map((weights, h) => postJson("v1/heatmap", {
+      weights, row_labels: labels, col_labels: labels, title: `Head ${h}`,
+    })));
+    $("#heatmaps").replaceChildren(...pictures.map((svg, h) => element("figure", {class: "heatmap", "data-head": h},
+      svgNode(svg, `head${h}`), element("figcaption", {}, `Head ${h} of ${heads.length}`))));
+    const select = $("#trace-head");
+    select.replaceChildren(...heads.map((_, h) => element("option", {value: h}, `head ${h}`)));
+    select.onchange = () => showTrace(answer, labels, Number(select.value));
+    showTrace(answer, labels, 0);
+    $("#results").hidden = false;
+    $("#status").textContent = `Done: ${heads.length} heads over ${labels.length} tokens.`;
+  } catch (failure) {
+    error.textContent = failure.message;
+    error.hidden = false;
+    $("#status").textContent = "The API refused the request.";
+  } finally {
+    $("#run").disabled = false;
+  }
+}
+
+// A demo's result, generically: matrices as tables, lists of records as tables, the rest as a list.
+function describe(value, name) {
+  const isMatrix = Array.isArray(value) && value.length && value.every((row) => Array.isArray(row));
+  if (isMatrix) {
+    return matrixTable(value, value.map((_, i) => String(i)), value[0].map((_, j) => String(j)), name);
+  }
+  if (Array.isArray(value) && value.length && typeof value[0] === "object") {
+    const keys = Object.keys(value[0]);
+    return matrixTable(value.map((record) => keys.map((key) => record[key])), value.map((_, i) => String(i)), keys,
+      name);
+  }
+  if (Array.isArray(value)) return element("span", {}, value.map(formatNumber).join(", "));
+  return element("span", {}, formatNumber(value));
+}
+
+async function openDemo(details, name) {
+  if (details.dataset.loaded) return;
+  details.dataset.loaded = "yes";
+  const body = details.querySelector(".demo-body");
+  try {
+    const demo = await api(`v1/demos/${encodeURIComponent(name)}`);
+    if ("weights" in demo.result) {  // the demos that show weights have a heatmap
+      const svg = await api(`v1/demos/${encodeURIComponent(name)}/heatmap`);
+      body.append(element("figure", {class: "heatmap"}, svgNode(svg, `demo-${name}`)));
+    }
+    const list = element("dl", {class: "demo-result"});
+    for (const [key, value] of Object.entries(demo.result)) {
+      list.append(element("dt", {}, key.replaceAll("_", " ")), element("dd", {}, describe(value, key)));
+    }
+    body.append(list);
+  } catch (failure) {
+    body.append(element("p", {class: "error", role: "alert"}, failure.message));
+  }
+}
+
+async function loadDemos() {
+  const {demos} = await api("v1/demos");
+  $("#demo-list").replaceChildren(...demos.map((demo, i) => {
+    const details = element("details", {class: "demo", id: `demo-${demo.name}`},
+      element("summary", {}, `${i + 1}. ${demo.title}`), element("p", {}, demo.summary),
+      element("div", {class: "demo-body"}));
+    details.addEventListener("toggle", () => details.open && openDemo(details, demo.name));
+    return details;
+  }));
+}
+
+async function loadVocabulary() {
+  const vocabulary = await api("v1/vocabulary");
+  $("#dimensions").textContent = vocabulary.dimensions.join(", ");
+  $("#vocabulary").replaceChildren(...Object.keys(vocabulary.tokens).map((word) => {
+    const button = element("button", {type: "button", class: "word", "aria-label": `Add ${word}`}, `+ ${word}`);
+    button.addEventListener("click", () => {
+      const tokens = $("#tokens");
+      tokens.value = `${tokens.value.trim()} ${word}`.trim();
+    });
+    return button;
+  }));
+}
+
+function chooseSource() {
+  const tokens = $("#source-tokens").checked;
+  $("#tokens-input").hidden = !tokens;
+  $("#embeddings-input").hidden = tokens;
+  $("#d-model").disabled = !tokens;
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#run-form").addEventListener("submit", run);
+  $("#clear-tokens").addEventListener("click", () => {
+    $("#tokens").value = "";
+    $("#tokens").focus();
+  });
+  for (const radio of document.querySelectorAll("input[name=source]")) radio.addEventListener("change", chooseSource);
+  chooseSource();
+  Promise.all([loadVocabulary(), loadDemos()]).catch((failure) => {
+    $("#error").textContent = `Could not load the vocabulary or the demos: ${failure.message}`;
+    $("#error").hidden = false;
+  });
+});
