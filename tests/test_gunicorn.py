@@ -3,60 +3,22 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
+from conftest import gunicorn_server
 
 ROOT = Path(__file__).resolve().parents[1]
-GUNICORN = Path(sys.executable).parent / "gunicorn"
-START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """Base URL of a running gunicorn (2 workers, 4 KiB body limit); always stopped afterwards."""
-    if not GUNICORN.exists():
-        pytest.skip(f"gunicorn not installed next to {sys.executable}")
-    port = free_port()
-    env = {**os.environ, "PORT": str(port), "WEB_CONCURRENCY": "2", "ATTENTION_MAX_BODY_BYTES": "4096"}
-    process = subprocess.Popen([str(GUNICORN), "-c", "service/gunicorn.conf.py", "service.wsgi:app"], cwd=ROOT,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if process.poll() is not None:
-                pytest.fail(f"gunicorn exited: {process.stdout.read(4000)!r}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"gunicorn did not answer within {START_TIMEOUT} s")
-            time.sleep(0.1)
+    with gunicorn_server(WEB_CONCURRENCY="2", ATTENTION_MAX_BODY_BYTES="4096") as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        process.stdout.close()
 
 
 def test_multi_head_over_real_http(server, seed_script):

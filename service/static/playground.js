@@ -18,10 +18,11 @@ function element(tag, attributes = {}, ...children) {
   return node;
 }
 
-function formatNumber(value) {
+// Scalars keep integers whole (d_model 8); table cells always show 3 decimals so columns line up.
+function formatNumber(value, fixed = false) {
   if (value === null) return "masked";
   if (typeof value !== "number") return String(value);
-  return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  return Number.isInteger(value) && !fixed ? String(value) : value.toFixed(3);
 }
 
 // fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.
@@ -56,7 +57,7 @@ function matrixTable(matrix, rowLabels, colLabels, caption) {
   const head = element("tr", {}, element("th", {scope: "col"}, ""),
     ...colLabels.map((label) => element("th", {scope: "col"}, label)));
   const rows = matrix.map((row, i) => element("tr", {}, element("th", {scope: "row"}, rowLabels[i]),
-    ...row.map((value) => element("td", {class: value === null ? "masked" : ""}, formatNumber(value)))));
+    ...row.map((value) => element("td", {class: value === null ? "masked" : ""}, formatNumber(value, true)))));
   const table = element("table", {}, element("caption", {}, caption), element("thead", {}, head),
     element("tbody", {}, ...rows));
   return element("div", {class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption}, table);
@@ -112,7 +113,8 @@ async function run(event) {
       weights, row_labels: labels, col_labels: labels, title: `Head ${h}`,
     })));
     $("#heatmaps").replaceChildren(...pictures.map((svg, h) => element("figure", {class: "heatmap", "data-head": h},
-      svgNode(svg, `head${h}`), element("figcaption", {}, `Head ${h} of ${heads.length}`))));
+      svgNode(svg, `head${h}`),
+      element("figcaption", {}, `Head ${h} of ${heads.length}: rows are queries, columns keys`))));
     const select = $("#trace-head");
     select.replaceChildren(...heads.map((_, h) => element("option", {value: h}, `head ${h}`)));
     select.onchange = () => showTrace(answer, labels, Number(select.value));
@@ -130,7 +132,8 @@ async function run(event) {
 
 // A demo's result, generically: matrices as tables, lists of records as tables, the rest as a list.
 function describe(value, name) {
-  const isMatrix = Array.isArray(value) && value.length && value.every((row) => Array.isArray(row));
+  const isMatrix = Array.isArray(value) && value.length &&
+    value.every((row) => Array.isArray(row) && row.every((cell) => !Array.isArray(cell)));
   if (isMatrix) {
     return matrixTable(value, value.map((_, i) => String(i)), value[0].map((_, j) => String(j)), name);
   }
@@ -139,7 +142,8 @@ function describe(value, name) {
     return matrixTable(value.map((record) => keys.map((key) => record[key])), value.map((_, i) => String(i)), keys,
       name);
   }
-  if (Array.isArray(value)) return element("span", {}, value.map(formatNumber).join(", "));
+  if (Array.isArray(value) && value.some(Array.isArray)) return element("code", {}, JSON.stringify(value));
+  if (Array.isArray(value)) return element("span", {}, value.map((item) => formatNumber(item)).join(", "));
   return element("span", {}, formatNumber(value));
 }
 
@@ -149,12 +153,14 @@ async function openDemo(details, name) {
   const body = details.querySelector(".demo-body");
   try {
     const demo = await api(`v1/demos/${encodeURIComponent(name)}`);
-    if ("weights" in demo.result) {  // the demos that show weights have a heatmap
+    const drawn = "weights" in demo.result;  // the demos that show weights have a heatmap
+    if (drawn) {
       const svg = await api(`v1/demos/${encodeURIComponent(name)}/heatmap`);
       body.append(element("figure", {class: "heatmap"}, svgNode(svg, `demo-${name}`)));
     }
     const list = element("dl", {class: "demo-result"});
     for (const [key, value] of Object.entries(demo.result)) {
+      if (drawn && key === "weights") continue;  // hover the heatmap's cells for the exact values
       list.append(element("dt", {}, key.replaceAll("_", " ")), element("dd", {}, describe(value, key)));
     }
     body.append(list);
