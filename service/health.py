@@ -40,13 +40,17 @@ def readyz() -> dict[str, str]:
     Runs a tiny attention through the engine (two orthogonal keys, the query matching the first)
     and checks the answer; 503 if it fails.
     """
+    if not engine_ready():
+        raise NotReady("The engine failed its self-test.")
+    return {"status": "ready"}
+
+
+def engine_ready() -> bool:
+    """The self-test: a tiny attention whose answer is known (also GET /v2/health/ready)."""
     try:
         keys = np.eye(2)
         _, weights = engine.scaled_dot_product_attention(keys[:1] * 10, keys, keys)
-        ok = bool(np.isclose(weights.sum(), 1.0) and weights[0, 0] > weights[0, 1])
+        return bool(np.isclose(weights.sum(), 1.0) and weights[0, 0] > weights[0, 1])
     except Exception:  # readiness reports any engine failure instead of raising it
         log.exception("readiness self-test failed")
-        ok = False
-    if not ok:
-        raise NotReady("The engine failed its self-test.")
-    return {"status": "ready"}
+        return False
