@@ -101,3 +101,13 @@ def gunicorn_server(**env: str) -> Iterator[str]:
             process.kill()
             process.wait(timeout=5)
         process.stdout.close()
+
+
+LIVE_BODY_LIMIT = 2**20  # small, so the 413 tests over real HTTP stay cheap
+
+
+@pytest.fixture(scope="session")
+def live_server() -> Iterator[str]:
+    """Base URL of a real gunicorn (2 workers, max_body_bytes 1 MiB) shared by the session (v2 tests)."""
+    with gunicorn_server(WEB_CONCURRENCY="2", ATTENTION_MAX_BODY_BYTES=str(LIVE_BODY_LIMIT)) as url:
+        yield url
