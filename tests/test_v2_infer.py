@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import pytest
+from conftest import ROOT
 from test_v2_errors import HEADER, MHA, QKV, SDPA, binary, send, tensor
 
 import attention
@@ -111,3 +114,20 @@ def test_fp32_json_in_fp32_json_out(client):
 def test_protocol_parameters_it_does_not_use_are_ignored(client):
     response = send(client, SDPA, {"inputs": QKV, "parameters": {"priority": 1, "timeout": 100}})
     assert response.status_code == 200
+
+
+def readme_v2_curls() -> list[tuple[str, str | None, str]]:
+    """(path, JSON body or None, answer) of each plain curl example in the README's v2 section."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Open Inference Protocol (v2)"):]
+    section = section[:section.index("\n## ", 1)]
+    pattern = re.compile(r"^\$ curl -s localhost:8000(\S+)(?: -d '(.*?)')?\n(\{.*?\})$", re.M | re.S)
+    return [(path, body, answer) for path, body, answer in pattern.findall(section)]
+
+
+def test_readme_v2_curl_answers_are_real(client):
+    examples = readme_v2_curls()
+    assert len(examples) == 3
+    for path, body, answer in examples:
+        response = client.post(path, data=body) if body else client.get(path)
+        assert response.get_json() == orjson.loads(answer), path

@@ -61,7 +61,8 @@ def handle_http_exception(error: HTTPException) -> Response:
 
 def handle_attention_error(error: ValueError) -> Response:
     """The engine's argument errors (shapes that do not fit together), naming the input."""
-    return error_response(400, f"{describe('/' + str(getattr(error, 'argument', '')))}: {error}")
+    argument = str(getattr(error, "argument", ""))
+    return error_response(400, f"{describe('/' + argument)}: {str(error).removeprefix(argument + ': ')}")
 
 
 def register(blp: Blueprint) -> None:
