@@ -37,8 +37,8 @@ class Model:
     run: Callable[[Arrays, dict[str, Any], dict[str, Any], Limits], compute.Result]
 
     def metadata(self) -> dict[str, Any]:
-        """``$metadata_model_response``."""
-        return {"name": self.name, "versions": ["1"], "platform": "numpy",
+        """``$metadata_model_response`` (no ``versions``: models are not versioned here)."""
+        return {"name": self.name, "platform": "numpy",
                 "inputs": [spec.metadata() for spec in self.inputs],
                 "outputs": [spec.metadata() for spec in self.outputs]}
 
