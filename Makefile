@@ -31,3 +31,4 @@ openapi: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/engine.py
+	$(PY) benchmarks/v2.py
