@@ -11,14 +11,14 @@ from typing import Any
 from flask import Flask
 
 from service import health, pages
-from service.api import attention, demos, heatmap, limits, reference
+from service.api import attention, batch, demos, heatmap, limits, reference
 from service.jsonio import OrjsonProvider
 from service.limits import Limits
 from service.smorest import init_api
 from service.v2 import routes as v2
 
 # flask-smorest blueprints: routed and documented in the OpenAPI spec.
-BLUEPRINTS = (attention.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp)
+BLUEPRINTS = (attention.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp, batch.blp)
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:

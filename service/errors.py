@@ -103,13 +103,18 @@ def problem_response(status: int, title: str, detail: str, problem_type: str = "
     return response
 
 
+def problem_body(error: HTTPException) -> dict[str, Any]:
+    """The problem object of an HTTPException (a batch item's ``error`` is exactly this)."""
+    body = {"type": getattr(error, "problem_type", "about:blank"), "title": error.name,
+            "status": error.code or 500, "detail": error.description or error.name}
+    return {**body, **getattr(error, "members", {})}
+
+
 def handle_http_exception(error: HTTPException) -> Response:
     """Any werkzeug HTTPException (404, 405, 413, 415, ProblemError, ...) as a problem."""
     headers = {k: v for k, v in error.get_headers() if k.lower() != "content-type"}
-    members = getattr(error, "members", {})
-    problem_type = getattr(error, "problem_type", "about:blank")
-    status = error.code or 500
-    return problem_response(status, error.name, error.description or error.name, problem_type,
+    members = problem_body(error)
+    return problem_response(members.pop("status"), members.pop("title"), members.pop("detail"), members.pop("type"),
                             headers, **members)
 
 
@@ -133,8 +138,13 @@ def register_error_handlers(app: Flask) -> None:
 ARGUMENT_POINTERS = {name: pointer("weights", name) for name in ("w_q", "w_k", "w_v", "w_o")}
 
 
-def handle_attention_error(error: ValueError) -> Response:
+def attention_problem(error: ValueError) -> ValidationProblem:
     """The engine's ``AttentionError`` (bad argument shapes or values) as 422 pointing at the argument."""
     argument = str(getattr(error, "argument", "") or "")
     where = ARGUMENT_POINTERS.get(argument, pointer(argument) if argument else "")
-    return handle_http_exception(ValidationProblem.at(where, str(error)))
+    return ValidationProblem.at(where, str(error))
+
+
+def handle_attention_error(error: ValueError) -> Response:
+    """An ``AttentionError`` raised by a view: see :func:`attention_problem`."""
+    return handle_http_exception(attention_problem(error))

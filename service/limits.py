@@ -3,6 +3,8 @@
 Defaults allow the paper's base model (d_model 512, d_ff 2048, 6 layers; up to 16 heads), and
 keep one request well inside a worker's memory and timeout: at most 2**20 attention weights
 (8 MiB as float64, ~20 MiB as JSON) and a 16 MiB body (~850k numbers, ~30 MiB once parsed).
+A batch holds at most 256 items, each within the limits above, and 2**25 computed numbers in all
+(256 MiB as float64): 256 items of (n=128, d_model=64, h=4) fit.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Limits:
     max_weight_elements: int = 2**20
     max_json_depth: int = 32
     max_heatmap_cells: int = 16384
+    max_batch_items: int = 256
+    max_batch_elements: int = 2**25
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
@@ -70,6 +74,9 @@ DESCRIPTIONS = {
     "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder).",
     "max_json_depth": "Nesting depth of the JSON body.",
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
+    "max_batch_items": "Items in one POST /v1/batch (413 above it).",
+    "max_batch_elements": "Numbers one POST /v1/batch may compute: the sum over its items of attention weights "
+                          "(B * h * n_q * n_k, times layers, times 4 with trace) plus outputs (413 above it).",
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import flask_smorest
 from flask import Flask
 
+from schemas.batch import AnyOfSchemas
 from schemas.problem import Problem
 from schemas.tensor import Tensor
 from service.errors import PROBLEM_JSON, register_error_handlers
@@ -40,6 +41,13 @@ def tensor2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
     return {**schema, "description": description} if description else schema
 
 
+def anyof2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
+    """apispec attribute function: an :class:`AnyOfSchemas` field is ``anyOf`` references to its schemas."""
+    if not isinstance(field, AnyOfSchemas):
+        return {}
+    return {"anyOf": [self.resolve_nested_schema(schema) for schema in field.schemas]}
+
+
 class Api(flask_smorest.Api):
     """The service's Api: one problem schema for every error, documented once per status."""
 
@@ -49,6 +57,7 @@ class Api(flask_smorest.Api):
     def _init_spec(self, *args: Any, **kwargs: Any) -> None:
         super()._init_spec(*args, **kwargs)
         self.ma_plugin.converter.add_attribute_function(tensor2properties)
+        self.ma_plugin.converter.add_attribute_function(anyof2properties)
 
     def _register_responses(self) -> None:
         self.spec.components.schema("Problem", schema=Problem)

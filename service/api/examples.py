@@ -33,6 +33,13 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "positional-encoding": {"n_positions": 3, "d_model": 4, "decimals": 4},
     "causal-mask": {"size": 3},
 }
+# A batch of other examples, plus an item with a typo (it alone gets a 422).
+REQUESTS["batch"] = {"requests": [
+    {"id": "lookup", "op": "attention", "body": REQUESTS["attention"]},
+    {"id": "typo", "op": "embed", "body": {"tokens": ["cat", "dgo"]}},
+    {"id": "causal", "op": "self-attention", "body": REQUESTS["self-attention"]},
+    {"id": "pe", "op": "positional-encoding", "body": REQUESTS["positional-encoding"]},
+]}
 
 
 def request(name: str) -> dict[str, Any]:
@@ -45,5 +52,9 @@ def response(name: str) -> dict[str, Any]:
     """The service's real answer to :func:`request` (plain JSON values)."""
     endpoint = compute.ENDPOINTS[name]
     params = endpoint.schema().load(REQUESTS[name])
-    result = round_arrays(endpoint.compute(params, Limits()), params.get("decimals"))
-    return orjson.loads(dumps(result))
+    return as_json(round_arrays(endpoint.compute(params, Limits()), params.get("decimals")))
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as the client reads it (arrays as lists, float32 digits as written)."""
+    return orjson.loads(dumps(value))

@@ -1,0 +1,198 @@
+"""Vectorised batch compute: items sharing an op, shapes and options run as ONE engine call.
+
+As an inference server batches: the items of a group are stacked along a new leading axis,
+computed by the very compute function their single endpoint uses (the engine takes leading batch
+axes everywhere; masks broadcast over them), and split back along that axis. No Flask here.
+
+Group key: the op, the shape and dtype of every stacked array *including the mask* (an item with a
+mask never shares a group with one without, so no all-true mask is ever invented), and every other
+param of the validated request (seed, n_heads, causal, scale, dtype, return_weights, explicit
+weights by a hash of their bytes, ...). Only the params named in ``STACKED`` and ``NOT_IN_KEY`` are
+left out, so an option added to a schema later can only split groups, never mix them.
+
+Alignment: before stacking, an item's arrays get leading 1-axes up to the item's batch rank, so a
+``(n,)`` mask or an unbatched key still lines up with a batched query once the group axis is
+prepended (numpy broadcasts from the right: a stacked ``(G, n)`` mask would meet ``(G, n, n)``
+scores as ``(1, G, n)``, silently wrong when G == n).
+
+Computed one by one, exactly as their single endpoints: groups of one, ``trace`` items (their
+intermediates are per item anyway), ``embed`` and ``positional-encoding`` (no engine work worth
+stacking). A group whose stacked call fails (say a mask that fits none of its items, or an item
+past a limit) is recomputed item by item, so each item gets its own answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from service import compute
+from service.limits import Limits
+
+Params = compute.Params
+Result = compute.Result
+
+# op -> the inputs stacked along the group axis; every other param is an option (in the key).
+STACKED: dict[str, tuple[str, ...]] = {
+    "attention": ("query", "key", "value"),
+    "self-attention": ("embeddings",),
+    "multi-head-attention": ("embeddings",),
+    "encoder": ("embeddings",),
+}
+# Not options: the mask is stacked; decimals only rounds each item's answer; tokens, d_model and
+# positional_encoding are folded into the embeddings by ``compute.sentence`` before grouping.
+NOT_IN_KEY = frozenset({"mask", "decimals", "tokens", "d_model", "positional_encoding"})
+PER_HEAD_MASK = frozenset({"multi-head-attention", "encoder"})  # may take (..., h, n, n) masks
+SENTENCE_OPS = frozenset({"self-attention", "multi-head-attention", "encoder"})
+
+
+@dataclasses.dataclass
+class Job:
+    """One item: its op, params as its compute function takes them, and what it is grouped by."""
+
+    op: str
+    params: Params
+    stacked: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> aligned array
+    key: Hashable = None  # None: computed alone
+
+
+def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Exception]:
+    """Compute validated ``(op, params)`` items; one result or exception per item, in order.
+
+    An exception is what the item's single endpoint would have raised (a ``ProblemError``, the
+    engine's ``AttentionError``, or a bug); it never affects the other items.
+    """
+    answers: list[Result | Exception | None] = [None] * len(items)
+    groups: dict[Hashable, list[tuple[int, Job]]] = {}
+    for index, (op, params) in enumerate(items):
+        try:
+            job = prepare(op, params, limits)
+        except Exception as error:
+            answers[index] = error
+            continue
+        groups.setdefault(job.key if job.key is not None else ("alone", index), []).append((index, job))
+    for members in groups.values():
+        indices = [index for index, _ in members]
+        for index, answer in zip(indices, compute_group([job for _, job in members], limits), strict=True):
+            answers[index] = answer
+    return answers  # type: ignore[return-value]  # every slot is filled above
+
+
+def prepare(op: str, params: Params, limits: Limits) -> Job:
+    """The item made stackable: sentence inputs become ``embeddings`` (tokens embedded, positional
+    encoding added, cast: raises as the single endpoint would), arrays aligned, key computed."""
+    if op in SENTENCE_OPS:
+        x = compute.sentence(params, limits)  # (B?, n, d_model)
+        params = {**{k: v for k, v in params.items() if k != "tokens"}, "embeddings": x,
+                  "positional_encoding": False}
+    if op not in STACKED or params.get("trace"):
+        return Job(op, params)
+    names = STACKED[op]
+    rank = max(params[name].ndim for name in names)  # batch axes + 2
+    stacked = {name: _lead(params[name], rank) for name in names}
+    mask = params.get("mask")
+    if mask is not None:
+        per_head = op in PER_HEAD_MASK and mask.ndim == rank + 1  # (..., h, n, n): see MultiHeadAttention
+        stacked["mask"] = _lead(mask, rank + per_head)
+    options = {name: value for name, value in params.items() if name not in NOT_IN_KEY and name not in names}
+    shapes = tuple((name, array.shape, array.dtype.str) for name, array in stacked.items())
+    return Job(op, params, stacked, (op, shapes, _frozen(options)))
+
+
+def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
+    """Results of jobs sharing a key: stacked in one compute call, or one by one."""
+    if len(jobs) > 1:
+        first = jobs[0]
+        merged = {**first.params, **{name: np.stack([job.stacked[name] for job in jobs])
+                                     for name in first.stacked}}  # (G, ...)
+        # Each item was within max_weight_elements iff the stack is within G times it (same shapes).
+        group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs))
+        try:
+            result = compute.ENDPOINTS[first.op].compute(merged, group_limits)
+        except Exception:
+            pass
+        else:
+            return [_take(result, i) for i in range(len(jobs))]
+    return [_alone(job, limits) for job in jobs]
+
+
+def _alone(job: Job, limits: Limits) -> Result | Exception:
+    try:
+        return compute.ENDPOINTS[job.op].compute(job.params, limits)
+    except Exception as error:
+        return error
+
+
+def _lead(array: np.ndarray, rank: int) -> np.ndarray:
+    """``array`` with leading 1-axes up to ``rank`` (a view)."""
+    return array.reshape((1,) * (rank - array.ndim) + array.shape) if array.ndim < rank else array
+
+
+def _take(result: Any, i: int) -> Any:
+    """Item ``i`` of a stacked result: arrays indexed on the group axis, structure kept."""
+    if isinstance(result, dict):
+        return {key: _take(value, i) for key, value in result.items()}
+    if isinstance(result, list):
+        return [_take(value, i) for value in result]
+    return result[i] if isinstance(result, np.ndarray) else result
+
+
+def _frozen(value: Any) -> Hashable:
+    """A hashable stand-in equal for equal values: arrays by shape, dtype and a hash of their bytes;
+    floats by their exact bits (so 0.0 and -0.0 differ)."""
+    if isinstance(value, dict):
+        return tuple(sorted((key, _frozen(sub)) for key, sub in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(sub) for sub in value)
+    if isinstance(value, np.ndarray):
+        digest = hashlib.blake2b(np.ascontiguousarray(value).data, digest_size=16).digest()
+        return ("array", value.shape, value.dtype.str, digest)
+    if isinstance(value, float):
+        return ("float", value.hex())
+    return value
+
+
+def cost(op: str, params: Params, limits: Limits) -> int:
+    """Numbers an item computes, for the batch budget ``max_batch_elements``: its attention weights
+    (B * h * n_q * n_k, times layers, times 4 with trace) plus its output.
+
+    Shapes only, nothing computed. An item past its own limits counts at most what they allow (it
+    will answer its own 422), so it cannot make a batch of good items too large.
+    """
+    per_item = limits.max_sequence_length * limits.max_d_model
+    if op == "positional-encoding":
+        return min(params["n_positions"] * params["d_model"], per_item)
+    if op == "attention":
+        q, k, v = params["query"], params["key"], params["value"]
+        batch = _batch_size(q, k, v)
+        weights, output = batch * q.shape[-2] * k.shape[-2], batch * q.shape[-2] * v.shape[-1]
+    else:
+        if "tokens" in params:
+            batch, n, d_model = 1, len(params["tokens"]), params.get("d_model", 4)
+        else:
+            x = params["embeddings"]
+            batch, (n, d_model) = _batch_size(x), x.shape[-2:]
+        if op == "embed":
+            return min(batch * n * d_model, per_item)
+        d_out = _d_k(params, d_model) if op == "self-attention" else d_model
+        weights = batch * params.get("n_heads", 1) * n * n * params.get("n_layers", 1)
+        output = batch * n * d_out
+    weights = min(weights, limits.max_weight_elements) * (4 if params.get("trace") else 1)
+    return weights + min(output, limits.max_weight_elements * limits.max_d_model)  # B*n_q*d_v of a valid item
+
+
+def _batch_size(*arrays: np.ndarray) -> int:
+    """Largest product of leading axes (the batch the engine broadcasts to, for valid inputs)."""
+    return max(math.prod(a.shape[:-2]) for a in arrays)
+
+
+def _d_k(params: Params, d_model: int) -> int:
+    """Self-attention's output width: d_k, or the explicit W_q's, or d_model."""
+    weights = params.get("weights")
+    return params.get("d_k") or (weights["w_q"].shape[-1] if weights else d_model)
+
