@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-import requests
 from flask import Flask
 from flask.testing import FlaskClient
 from seed_reference import load_seed
 
 from service import create_app
+from service.launch import GUNICORN, LaunchError, gunicorn
+from service.launch import ROOT as ROOT  # re-exported: tests read files of the repository
 from service.limits import Limits
 
 
@@ -57,50 +53,17 @@ def assert_problem(response: Any, status: int, *pointers: str) -> dict[str, Any]
     return body
 
 
-ROOT = Path(__file__).resolve().parents[1]
-GUNICORN = Path(sys.executable).parent / "gunicorn"
-START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def gunicorn_server(**env: str) -> Iterator[str]:
     """Base URL of the real gunicorn (service/gunicorn.conf.py) on a free loopback port, with ``env``
-    added to the environment; always stopped afterwards."""
+    added to the environment; always stopped afterwards (see service.launch)."""
     if not GUNICORN.exists():
         pytest.skip(f"gunicorn not installed next to {sys.executable}")
-    port = free_port()
-    process = subprocess.Popen([str(GUNICORN), "-c", "service/gunicorn.conf.py", "service.wsgi:app"], cwd=ROOT,
-                               env={**os.environ, "PORT": str(port), **env},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if process.poll() is not None:
-                pytest.fail(f"gunicorn exited: {process.stdout.read(4000)!r}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"gunicorn did not answer within {START_TIMEOUT} s")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        process.stdout.close()
+        with gunicorn(env) as server:
+            yield server.url
+    except LaunchError as error:
+        pytest.fail(str(error))
 
 
 LIVE_BODY_LIMIT = 2**20  # small, so the 413 tests over real HTTP stay cheap
