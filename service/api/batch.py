@@ -34,7 +34,9 @@ from service.limits import Limits
 from service.smorest import BODY_ERRORS, Blueprint
 
 log = logging.getLogger(__name__)
-SCHEMAS: dict[str, Schema] = {op: request() for op, (request, _) in OPS.items()}  # reused: loading is stateless
+# One instance per op, reused: loading and dumping keep no state between calls.
+REQUESTS: dict[str, Schema] = {op: request() for op, (request, _) in OPS.items()}
+RESPONSES: dict[str, Schema] = {op: response() for op, (_, response) in OPS.items()}
 
 
 class BatchTooLarge(ProblemError):
@@ -77,16 +79,18 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     if total > limits.max_batch_elements:
         raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements)
     results = batching.run([item for _, item in valid], limits)
-    for (index, (_, params)), result in zip(valid, results, strict=True):
-        failed = isinstance(result, Exception)
-        outcomes[index] = _rooted(index, result) if failed else round_arrays(result, params.get("decimals"))
+    for (index, (op, params)), result in zip(valid, results, strict=True):
+        if isinstance(result, Exception):
+            outcomes[index] = _rooted(index, result)
+        else:  # rounded and dumped by the response schema, exactly as the single endpoint does
+            outcomes[index] = RESPONSES[op].dump(round_arrays(result, params.get("decimals")))
     return [_response(item["id"], outcome) for item, outcome in zip(requests, outcomes, strict=True)]
 
 
 def _load(index: int, item: dict[str, Any]) -> tuple[str, batching.Params] | ValidationProblem:
     """(op, params) validated with the op's v1 schema, or a 422 pointing into this item's body."""
     try:
-        return item["op"], SCHEMAS[item["op"]].load(item["body"])
+        return item["op"], REQUESTS[item["op"]].load(item["body"])
     except ValidationError as error:
         errors = [{"pointer": where, "detail": detail}
                   for where, detail in flatten_messages(error.messages, ("requests", index, "body"))]

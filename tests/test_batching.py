@@ -1,0 +1,61 @@
+"""service.batching without Flask: grouping, fallback to one by one, the cost of an item."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attention import AttentionError
+from schemas.batch import OPS
+from service import batching, compute
+from service.errors import LimitExceeded
+from service.limits import Limits
+
+
+def load(op: str, body: dict) -> tuple[str, dict]:
+    return op, OPS[op][0]().load(body)
+
+
+def test_run_equals_each_items_compute_without_an_app():
+    rng = np.random.default_rng(3)
+    items = [load("multi-head-attention", {"embeddings": rng.normal(size=(4, 8)).tolist(), "n_heads": 2,
+                                           "causal": bool(i % 2)}) for i in range(6)]
+    for result, (op, params) in zip(batching.run(items, Limits()), items, strict=True):
+        alone = compute.ENDPOINTS[op].compute(params, Limits())
+        np.testing.assert_array_equal(result["output"], alone["output"])
+        np.testing.assert_array_equal(result["weights"], alone["weights"])
+
+
+def test_a_failing_group_is_recomputed_one_by_one():
+    good = load("attention", {"query": [[1.0, 0.0]], "key": [[1.0, 0.0]], "value": [[2.0]]})
+    bad = load("multi-head-attention", {"tokens": ["cat", "it"], "d_model": 6, "n_heads": 4})  # 6 % 4 != 0
+    big = load("multi-head-attention", {"tokens": ["cat", "it"], "d_model": 6, "n_heads": 6})
+    results = batching.run([bad, good, bad, big], Limits(max_heads=4))
+    assert isinstance(results[0], AttentionError) and isinstance(results[2], AttentionError)
+    assert results[1]["output"].tolist() == [[2.0]]
+    assert isinstance(results[3], LimitExceeded)
+
+
+@pytest.mark.parametrize(("op", "body", "expected"), [
+    ("attention", {"query": np.ones((2, 3, 4)).tolist(), "key": np.ones((5, 4)).tolist(),
+                   "value": np.ones((5, 6)).tolist()}, 2 * 3 * 5 + 2 * 3 * 6),
+    ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "trace": True}, 4 * 1 + 1),
+    ("self-attention", {"tokens": ["cat"] * 3, "d_k": 2}, 3 * 3 + 3 * 2),
+    ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}, 2 * 2 * 9 + 2 * 3 * 4),
+    ("encoder", {"tokens": ["cat"] * 3, "d_model": 8, "n_heads": 2, "n_layers": 3}, 2 * 9 * 3 + 3 * 8),
+    ("embed", {"tokens": ["cat"] * 3, "d_model": 6}, 18),
+    ("positional-encoding", {"n_positions": 3, "d_model": 4}, 12),
+    ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, 1024 * 512),  # counted up to its limits
+])
+def test_cost_is_weights_plus_outputs(op, body, expected):
+    assert batching.cost(*load(op, body), Limits()) == expected
+
+
+def test_keys_tell_apart_what_compares_equal():
+    def key(**options):
+        return batching.prepare(*load("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **options}),
+                                Limits()).key
+
+    assert key(scale=0.0) != key(scale=-0.0)
+    assert key(mask=[True]) != key() != key(trace=True) is None
+    assert key(decimals=3) == key()
