@@ -44,9 +44,9 @@ STACKED: dict[str, tuple[str, ...]] = {
     "multi-head-attention": ("embeddings",),
     "encoder": ("embeddings",),
 }
-# Not options: the mask is stacked; decimals only rounds each item's answer; tokens, d_model and
-# positional_encoding are folded into the embeddings by ``compute.sentence`` before grouping.
-NOT_IN_KEY = frozenset({"mask", "decimals", "tokens", "d_model", "positional_encoding"})
+# Not options: the mask is stacked; decimals only rounds each item's answer; tokens and d_model
+# are folded into the embeddings (and their shape) before grouping.
+NOT_IN_KEY = frozenset({"mask", "decimals", "tokens", "d_model"})
 PER_HEAD_MASK = frozenset({"multi-head-attention", "encoder"})  # may take (..., h, n, n) masks
 SENTENCE_OPS = frozenset({"self-attention", "multi-head-attention", "encoder"})
 
@@ -84,12 +84,13 @@ def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Except
 
 
 def prepare(op: str, params: Params, limits: Limits) -> Job:
-    """The item made stackable: sentence inputs become ``embeddings`` (tokens embedded, positional
-    encoding added, cast: raises as the single endpoint would), arrays aligned, key computed."""
+    """The item made stackable: tokens become ``embeddings`` (raising as the single endpoint would),
+    arrays aligned, key computed."""
     if op in SENTENCE_OPS:
-        x = compute.sentence(params, limits)  # (B?, n, d_model)
-        params = {**{k: v for k, v in params.items() if k != "tokens"}, "embeddings": x,
-                  "positional_encoding": False}
+        # Tokens are embedded and checked per item; the positional encoding and the cast are left to
+        # the compute function, so a group adds and casts once (elementwise: the same numbers).
+        x = compute.sentence({**params, "positional_encoding": False, "dtype": "float64"}, limits)  # (B?, n, d)
+        params = {**{k: v for k, v in params.items() if k != "tokens"}, "embeddings": x}
     if op not in STACKED or params.get("trace"):
         return Job(op, params)
     names = STACKED[op]

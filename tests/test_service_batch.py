@@ -223,10 +223,11 @@ def test_grouping_never_mixes_items_up(client, monkeypatch):
     labelled = [
         ("seed0", mha()), ("seed1", mha(seed=1)), ("causal", mha(causal=True)), ("f32", mha(dtype="float32")),
         ("mask", mha(mask=mask(5, 5))), ("seed0", mha(tokens=tokens[::-1])), ("mask", mha(mask=mask(5, 5))),
-        ("seed1", mha(seed=1, positional_encoding=True)), ("causal", mha(causal=True, decimals=3)),
+        ("seed1-pe", mha(seed=1, positional_encoding=True)), ("causal", mha(causal=True, decimals=3)),
         ("f32", mha(dtype="float32", causal=False)), ("batched", mha(**batched[0])),
         ("w1", mha(weights=w1)), ("w2", mha(weights=w2)), ("w1", mha(weights=w1, tokens=[*tokens[1:], "cat"])),
         ("batched", mha(**batched[1])), ("head-mask", mha(mask=mask(4, 5, 5))),
+        ("seed1-pe", mha(seed=1, positional_encoding=True, tokens=tokens[::-1])),
         ("row-mask", mha(mask=mask(5))), ("head-mask", mha(mask=mask(4, 5, 5))), ("row-mask", mha(mask=mask(5))),
         # G == n == 3 with (n,) masks: stacked without alignment they would broadcast as one (n, n) mask.
         ("att-key-mask", attention(mask=mask(3))), ("att-key-mask", attention(mask=mask(3))),

@@ -1,0 +1,115 @@
+"""Benchmark of POST /v1/batch against the same items sent one by one (issue 4, "Speed").
+
+Run:  .venv/bin/python benchmarks/batch.py               (about a minute)
+      .venv/bin/python benchmarks/batch.py --repeats 3
+
+It starts the real gunicorn (service/gunicorn.conf.py, one sync worker, a free loopback port; stopped at
+the end) and measures, in the same run, from one client (a requests.Session: the sync worker closes
+every connection anyway, so each single request pays a TCP handshake, as real clients do):
+  demo-5    64 single POST /v1/multi-head-attention of the seed's demo 5 (5 tokens, d_model 8, 4 heads,
+            causal, positional encoding) vs the same 64 items in one POST /v1/batch. Target: >= 15x items/s.
+  n128      256 items of (n=128 tokens, d_model=64, h=4), return_weights false, singles vs one batch.
+Medians over ``--repeats`` repetitions (the machine is shared and noisy); before timing, every batch
+answer is checked equal to its single answer. Peak worker memory is the worker's VmHWM (/proc) at the
+end, and its RSS after start-up for scale. This is a benchmark, not a test: nothing asserts timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from service.launch import Server, gunicorn
+
+TIMEOUT = 120  # seconds per HTTP call: bounded even if the server misbehaves
+WORDS = ["the", "cat", "ate", "food", "it"]
+
+
+def demo5_items(count: int) -> list[dict[str, Any]]:
+    """The seed's demo 5 with the sentence rotated per item (same shapes, different numbers)."""
+    return [{"tokens": WORDS[i % 5:] + WORDS[:i % 5], "d_model": 8, "n_heads": 4, "positional_encoding": True,
+             "causal": True} for i in range(count)]
+
+
+def large_items(count: int, n: int = 128) -> list[dict[str, Any]]:
+    """(n, d_model=64, h=4) items from random sentences of the toy vocabulary, no weights returned."""
+    rng = np.random.default_rng(0)
+    return [{"tokens": rng.choice(WORDS, n).tolist(), "d_model": 64, "n_heads": 4, "positional_encoding": True,
+             "return_weights": False} for _ in range(count)]
+
+
+def singles(session: requests.Session, url: str, bodies: list[dict[str, Any]]) -> list[Any]:
+    answers = []
+    for body in bodies:
+        response = session.post(f"{url}/v1/multi-head-attention", json=body, timeout=TIMEOUT)
+        response.raise_for_status()
+        answers.append(response.json())
+    return answers
+
+
+def batch(session: requests.Session, url: str, bodies: list[dict[str, Any]]) -> list[Any]:
+    requests_ = [{"id": str(i), "op": "multi-head-attention", "body": body} for i, body in enumerate(bodies)]
+    response = session.post(f"{url}/v1/batch", json={"requests": requests_}, timeout=TIMEOUT)
+    response.raise_for_status()
+    answers = response.json()["responses"]
+    assert all(answer["status"] == 200 for answer in answers), answers[:2]
+    return [answer["body"] for answer in answers]
+
+
+def median_seconds(run: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compare(name: str, server: Server, bodies: list[dict[str, Any]], repeats: int) -> float:
+    """Check batch == singles, then time both; print items/s and the ratio; return the ratio."""
+    with requests.Session() as session:
+        assert batch(session, server.url, bodies) == singles(session, server.url, bodies), f"{name}: answers differ"
+        single_s = median_seconds(lambda: singles(session, server.url, bodies), repeats)
+        batch_s = median_seconds(lambda: batch(session, server.url, bodies), repeats)
+    count = len(bodies)
+    ratio = single_s / batch_s
+    print(f"{name:8} {count:4} items   singles {single_s * 1e3:8.1f} ms ({count / single_s:8.0f} items/s)   "
+          f"batch {batch_s * 1e3:8.1f} ms ({count / batch_s:8.0f} items/s)   batch/singles {ratio:5.1f}x")
+    return ratio
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of a process, in KiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per case (median reported)")
+    args = parser.parse_args()
+    with gunicorn({"WEB_CONCURRENCY": "1", "GUNICORN_MAX_REQUESTS": "1000000"}) as server:
+        [worker] = server.worker_pids()
+        started = memory_kib(worker)
+        print(f"gunicorn at {server.url}, 1 sync worker (pid {worker}), {args.repeats} repetitions, medians")
+        ratio = compare("demo-5", server, demo5_items(64), args.repeats)
+        compare("n128", server, large_items(256), max(1, args.repeats // 2))
+        peak = memory_kib(worker)
+    print(f"worker memory: RSS after start-up {started['VmRSS'] / 1024:.0f} MiB, "
+          f"peak (VmHWM) {peak['VmHWM'] / 1024:.0f} MiB")
+    print(f"target demo-5 batch >= 15x singles: {'PASS' if ratio >= 15 else 'MISS'} ({ratio:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
