@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 import requests
-from conftest import assert_problem
+from conftest import assert_problem, gunicorn_server
 
 from service import compute, create_app
 from service.api import examples
@@ -180,8 +182,14 @@ def test_order_is_request_order_not_group_order(client):
         [i % 3 + 1 for i, op in enumerate(ops) if op == "embed"]
 
 
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with gunicorn_server(WEB_CONCURRENCY="1") as url:
+        yield url
+
+
 def test_the_example_batch_over_real_http_with_gunicorn(server):
-    """The real server (conftest: 4 KiB bodies): the documented example, answered as documented."""
+    """The real server: the documented example, answered as the single endpoints answer."""
     response = requests.post(f"{server}/v1/batch", json=examples.request("batch"), timeout=10)
     assert response.status_code == 200 and response.headers["Content-Type"] == "application/json"
     answers = response.json()["responses"]
