@@ -32,3 +32,4 @@ bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/v2.py
+	$(PY) benchmarks/batch.py
