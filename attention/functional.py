@@ -211,8 +211,9 @@ def _prepare(Q, K, V, mask, scale):
 
 def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
     """(..., n, d) broadcast to (*batch, n, d) and flattened to (G, n, d), contiguous."""
-    full = np.broadcast_to(a, (*batch, *a.shape[-2:]))
-    return np.ascontiguousarray(full.reshape(-1, *a.shape[-2:]))
+    if a.shape[:-2] != batch:
+        a = np.broadcast_to(a, (*batch, *a.shape[-2:]))
+    return np.ascontiguousarray(a).reshape(-1, *a.shape[-2:])
 
 
 def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True):

@@ -13,6 +13,7 @@ so seed=0 reproduces its numbers. Explicit weights may be passed instead.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,7 +23,9 @@ from .functional import AttentionTrace, attend, require_finite, scaled_dot_produ
 
 WEIGHT_STD = 0.5      # the seed script's scale for every random projection
 OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
-CACHED_DRAW_ELEMENTS = 1 << 14  # memoise draws up to 128 KiB each: at most 64 * 3 * 128 KiB = 24 MiB
+# Memoise seeded draws of up to 2**14 elements (128 KiB) per matrix; the caches hold at most
+# 32 projection triples and 16 multi-head sets (about 1.2 MiB each with their float32 copies): < 32 MiB.
+CACHED_DRAW_ELEMENTS = 1 << 14
 
 
 def seeded_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,7 +47,7 @@ def _draw_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np
     return weights
 
 
-_cached_projections = functools.lru_cache(maxsize=64)(_draw_projections)
+_cached_projections = functools.lru_cache(maxsize=32)(_draw_projections)
 
 
 def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndarray:
@@ -118,6 +121,44 @@ class SelfAttention:
         return AttentionTrace(**{**stages.__dict__, "q": q, "k": k, "v": v})
 
 
+@dataclass(frozen=True)
+class _HeadWeights:
+    """Every head's projections (h, d_model, d_k), W_o (d_model, d_model), and the fused
+    (d_model, 3*h*d_k) matrix that computes Q, K and V of all heads in one matmul."""
+
+    w_q: np.ndarray
+    w_k: np.ndarray
+    w_v: np.ndarray
+    w_o: np.ndarray
+    cast: CastCache
+
+    @classmethod
+    def build(cls, w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray, w_o: np.ndarray) -> _HeadWeights:
+        d_model = w_o.shape[0]
+        w_qkv = np.concatenate([w.transpose(1, 0, 2).reshape(d_model, -1) for w in (w_q, w_k, w_v)], axis=1)
+        return cls(w_q, w_k, w_v, w_o, CastCache(w_qkv=w_qkv, w_o=w_o))
+
+
+def _draw_heads(d_model: int, n_heads: int, seed: int) -> _HeadWeights:
+    """Head i = SelfAttention(d_model, d_k, seed + i)'s weights; W_o from default_rng(seed + 99)."""
+    per_head = [seeded_projections(d_model, d_model // n_heads, seed + i) for i in range(n_heads)]
+    w_q, w_k, w_v = (np.stack(ws) for ws in zip(*per_head, strict=True))
+    w_o = np.random.default_rng(seed + OUTPUT_SEED_OFFSET).normal(0, WEIGHT_STD, (d_model, d_model))
+    for w in (w_q, w_k, w_v, w_o):
+        w.setflags(write=False)
+    return _HeadWeights.build(w_q, w_k, w_v, w_o)
+
+
+_cached_heads = functools.lru_cache(maxsize=16)(_draw_heads)
+
+
+def _seeded_heads(d_model: int, n_heads: int, seed: int) -> _HeadWeights:
+    """Seeded head weights; small models are memoised (a service rebuilds them per request)."""
+    if d_model * d_model <= CACHED_DRAW_ELEMENTS:
+        return _cached_heads(d_model, n_heads, seed)
+    return _draw_heads(d_model, n_heads, seed)
+
+
 class MultiHeadAttention:
     """h attention heads computed together, concatenated and mixed by W_o.
 
@@ -138,20 +179,13 @@ class MultiHeadAttention:
             raise AttentionError("weights", "give all of w_q, w_k, w_v, w_o or none of them")
         if all(given):
             shape, meaning = (self.n_heads, self.d_model, self.d_k), "(n_heads, d_model, d_k)"
-            self.w_q, self.w_k, self.w_v = (
-                _explicit(w, n, shape, meaning) for w, n in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v"))
-            )
-            self.w_o = _explicit(w_o, "w_o", (self.d_model, self.d_model), "(d_model, d_model)")
+            heads = _HeadWeights.build(
+                *(_explicit(w, n, shape, meaning) for w, n in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v"))),
+                _explicit(w_o, "w_o", (self.d_model, self.d_model), "(d_model, d_model)"))
         else:
-            seed = seed_int(seed)
-            heads = [seeded_projections(self.d_model, self.d_k, seed + i) for i in range(self.n_heads)]
-            self.w_q, self.w_k, self.w_v = (np.stack(ws) for ws in zip(*heads, strict=True))
-            self.w_o = np.random.default_rng(seed + OUTPUT_SEED_OFFSET).normal(
-                0, WEIGHT_STD, (self.d_model, self.d_model))
-        # One (d_model, 3*h*d_k) matrix: Q, K and V of every head in a single matmul.
-        w_qkv = np.concatenate([w.transpose(1, 0, 2).reshape(self.d_model, -1) for w in (self.w_q, self.w_k, self.w_v)],
-                               axis=1)
-        self._cast = CastCache(w_qkv=w_qkv, w_o=self.w_o)
+            heads = _seeded_heads(self.d_model, self.n_heads, seed_int(seed))
+        self.w_q, self.w_k, self.w_v, self.w_o = heads.w_q, heads.w_k, heads.w_v, heads.w_o
+        self._cast = heads.cast
 
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k)."""
@@ -159,12 +193,14 @@ class MultiHeadAttention:
         with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later
             qkv = x @ self._cast.get(x.dtype)["w_qkv"]              # (..., n, 3*h*d_k)
         qkv = qkv.reshape(*x.shape[:-1], 3, self.n_heads, self.d_k)  # (..., n, 3, h, d_k)
-        qkv = np.moveaxis(qkv, -4, -2)                               # (..., 3, h, n, d_k)
+        lead = tuple(range(x.ndim - 2))
+        qkv = qkv.transpose(*lead, -3, -2, -4, -1)                   # (..., 3, h, n, d_k)
         return qkv[..., 0, :, :, :], qkv[..., 1, :, :, :], qkv[..., 2, :, :, :]
 
     def _mix(self, heads: np.ndarray) -> np.ndarray:
         """(..., h, n, d_k) -> concat heads (..., n, h*d_k) -> @ W_o -> (..., n, d_model)."""
-        concatenated = np.moveaxis(heads, -3, -2).reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
+        lead = tuple(range(heads.ndim - 3))
+        concatenated = heads.transpose(*lead, -2, -3, -1).reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
         with np.errstate(over="ignore", invalid="ignore"):
             mixed = concatenated @ self._cast.get(heads.dtype)["w_o"]
         require_finite(mixed, "X")
