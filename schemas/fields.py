@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import fields, validate
+from marshmallow import ValidationError, fields, validate
 
 MAX_SEED = 2**63 - 1 - 1000  # room for the per-head seeds s..s+h-1 and s+99
 
@@ -47,6 +47,24 @@ def seed(**kwargs: Any) -> fields.Integer:
         **kwargs.pop("metadata", {})}, **kwargs)
 
 
-def tokens(**kwargs: Any) -> fields.List:
+class TokenList(fields.List):
+    """A list of strings checked in one pass: a marshmallow String per item costs ~20x more.
+
+    Documented in OpenAPI as the usual array of strings.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(fields.String(), validate=validate.Length(min=1), **kwargs)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str]:
+        if not isinstance(value, list):
+            raise self.make_error("invalid")
+        if not all(type(item) is str for item in value):
+            index = next(i for i, item in enumerate(value) if type(item) is not str)
+            raise ValidationError({index: [self.inner.error_messages["invalid"]]})
+        return value
+
+
+def tokens(**kwargs: Any) -> TokenList:
     """A non-empty list of words from the toy vocabulary (see GET /v1/vocabulary)."""
-    return fields.List(fields.String(), validate=validate.Length(min=1), **kwargs)
+    return TokenList(**kwargs)

@@ -147,3 +147,10 @@ def test_unexpected_exception_is_a_500_problem_without_internals(app, monkeypatc
 def test_overflowing_inputs_are_422_at_the_input(client, path, extra):
     response = client.post(path, json={"embeddings": [[1e300, 1e300], [1.0, 1.0]], **extra})
     assert "overflow" in assert_problem(response, 422, "/embeddings")["detail"]
+
+
+@pytest.mark.parametrize(("tokens", "pointer"), [([1], "/tokens/0"), (["cat", None], "/tokens/1"),
+                                                 (["cat", "it", ["x"]], "/tokens/2"), ("cat", "/tokens"),
+                                                 ([], "/tokens")])
+def test_token_lists_hold_only_strings(client, tokens, pointer):
+    assert_problem(client.post("/v1/embed", json={"tokens": tokens}), 422, pointer)
