@@ -91,3 +91,10 @@ def test_gunicorn_settings_follow_the_environment(monkeypatch):
                      GUNICORN_MAX_REQUESTS="500", OPENBLAS_NUM_THREADS="2")
     assert conf["bind"] == "127.0.0.1:9123" and conf["workers"] == 3 and conf["timeout"] == 60
     assert conf["max_requests"] == 500 and os.environ["OPENBLAS_NUM_THREADS"] == "2"
+
+
+def test_workers_keep_freed_buffers_unless_told_not_to(monkeypatch):
+    conf = load_conf(monkeypatch)
+    assert conf["malloc_keep_mb"] == 64
+    conf["post_fork"](None, None)  # mallopt in this process: must not raise (skipped off glibc)
+    assert load_conf(monkeypatch, GUNICORN_MALLOC_KEEP_MB="0")["malloc_keep_mb"] == 0
