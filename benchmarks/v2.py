@@ -6,8 +6,8 @@ Run:  .venv/bin/python benchmarks/v2.py                 (B=1, n=512, d_model=512
 It starts the real gunicorn (service/gunicorn.conf.py, one sync worker, one BLAS thread) on a free
 loopback port, with max_weight_elements raised to fit B*h*n*n, and times in the same run, round-robin:
   engine     MultiHeadAttention(d_model, h, seed=0)(X, return_weights=True) in this process (one BLAS
-             thread too), the layer built once; "engine+build" also draws the seeded weights each time
-             (as every request does);
+             thread and the malloc settings of a worker too), the layer built once; "engine+build"
+             also draws the seeded weights each time (as every request does);
   v1 json    POST /v1/multi-head-attention {"embeddings", "n_heads"}; body orjson, answer orjson-parsed to arrays;
   v2 json    POST /v2/models/multi_head_attention/infer with JSON data in and out;
   v2 binary  the same with the binary tensor data extension in and out (raw little-endian bytes),
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import runpy
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=15, help="timed rounds (default 15)")
     args = parser.parse_args(argv)
     batch, n, d_model, heads = (int(v) for v in args.shape.split(","))
+    # The engine baseline runs with the workers' malloc settings too (gunicorn.conf.py's post_fork).
+    runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))["post_fork"](None, None)
     x = np.random.default_rng(0).normal(size=(batch, n, d_model))
     layer = attention.MultiHeadAttention(d_model, heads, seed=0)
     expected = layer(x, return_weights=True)
