@@ -30,4 +30,6 @@ class Problem(Schema):
     detail = fields.String(required=True)
     errors = fields.List(fields.Nested(ProblemItem), metadata={"description": "Validation errors."})
     limit = fields.Nested(LimitInfo, metadata={"description": "With the limit-exceeded type."})
+    request_id = fields.String(metadata={"description": "The request's X-Request-Id (also a response header and "
+                                                         "in the server's log line), to quote in a bug report."})
     known = fields.List(fields.String(), metadata={"description": "With unknown tokens: the known ones."})

@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Flask
 
-from service import health, pages
+from service import health, observability, pages, security
 from service.api import attention, batch, demos, heatmap, limits, reference
 from service.jsonio import OrjsonProvider
 from service.limits import Limits
@@ -28,6 +28,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.json = OrjsonProvider(app)
     app.config.update(config or {})
     app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
+    observability.init_app(app)  # first: every answer below gets a request id, metrics and a log line
+    security.init_app(app)
     api = init_api(app)
     for blueprint in BLUEPRINTS:
         api.register_blueprint(blueprint)

@@ -19,6 +19,7 @@ import attention as engine
 from schemas.attention import AttentionRequest
 from schemas.models import EncoderRequest, MultiHeadRequest, SelfAttentionRequest
 from schemas.reference import CausalMaskQuery, EmbedRequest, PositionalEncodingQuery
+from service import metrics
 from service.errors import UNKNOWN_TOKEN, ValidationProblem, pointer
 from service.limits import Limits
 
@@ -68,6 +69,7 @@ def compute_attention(params: Params, limits: Limits) -> Result:
         limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
     elements = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None) * q.shape[-2] * k.shape[-2]
     limits.check("max_weight_elements", elements, pointer=pointer("query"))
+    metrics.count_elements(elements)
     options = {"scale": params["scale"], "causal": params["causal"]}
     return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
                                                                             **options),
@@ -104,11 +106,13 @@ def sentence(params: Params, limits: Limits) -> np.ndarray:
 
 
 def _check_weights(x: np.ndarray, mask: np.ndarray | None, heads: int, limits: Limits, layers: int = 1) -> None:
-    """B * h * n * n (* layers) attention weights, before anything is computed."""
+    """B * h * n * n (* layers) attention weights, checked before anything is computed, then counted."""
     limits.check("max_heads", heads, pointer=pointer("n_heads"))
     n = x.shape[-2]
     batch = _batch(x, mask if mask is not None and mask.ndim > 2 else None)
-    limits.check("max_weight_elements", batch * heads * n * n * layers, pointer=pointer("embeddings"))
+    elements = batch * heads * n * n * layers
+    limits.check("max_weight_elements", elements, pointer=pointer("embeddings"))
+    metrics.count_elements(elements)
 
 
 @contextmanager

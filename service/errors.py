@@ -15,6 +15,8 @@ import orjson
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from service.observability import request_id
+
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "urn:attention-service:problem:"
 VALIDATION = TYPE_BASE + "validation"
@@ -94,7 +96,11 @@ def flatten_messages(messages: Any, path: tuple[str | int, ...] = ()) -> Iterato
 
 def problem_response(status: int, title: str, detail: str, problem_type: str = "about:blank",
                      headers: Mapping[str, str] | None = None, **members: Any) -> Response:
-    """An application/problem+json response; members with value None are left out."""
+    """An application/problem+json response; members with value None are left out.
+
+    ``request_id`` (the X-Request-Id) is added to every problem answered during a request.
+    """
+    members.setdefault("request_id", request_id())
     body = {"type": problem_type, "title": title, "status": status, "detail": detail}
     body.update({key: value for key, value in members.items() if value is not None})
     response = Response(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), status=status,

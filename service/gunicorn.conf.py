@@ -3,11 +3,15 @@
 Every setting can be overridden by an environment variable (default in brackets):
 HOST [127.0.0.1], PORT [8000], WEB_CONCURRENCY [one worker per core], GUNICORN_TIMEOUT [30 s],
 GUNICORN_GRACEFUL_TIMEOUT [20 s], GUNICORN_MAX_REQUESTS [10000], GUNICORN_MAX_REQUESTS_JITTER [1000],
-GUNICORN_ACCESSLOG [off; "-" for stdout], GUNICORN_LOGLEVEL [info], GUNICORN_MALLOC_KEEP_MB [64],
-and the BLAS thread variables OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1].
+GUNICORN_ACCESSLOG [off; "-" for stdout; the app writes its own JSON line per request],
+GUNICORN_LOGLEVEL [info], GUNICORN_MALLOC_KEEP_MB [64], the BLAS thread variables
+OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1], and PROMETHEUS_MULTIPROC_DIR [a fresh
+directory per instance under $TMPDIR; one directory per instance, never shared].
 """
 
 import os
+import shutil
+import tempfile
 
 # Workers are the parallelism: one BLAS thread each, set before any worker imports numpy.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -43,3 +47,26 @@ def post_fork(server, worker) -> None:
     keep = malloc_keep_mb * 1024 * 1024
     libc.mallopt(-3, keep)  # blocks below this come from the heap, not a fresh mmap
     libc.mallopt(-1, 2 * keep)  # and the heap's free top is not returned below this
+
+
+# Prometheus multiprocess mode: each worker writes its metrics to files in this directory, which
+# must be set before any worker imports prometheus_client (workers inherit the environment; the
+# master never imports the app) and emptied at start (stale files of dead pids would be summed).
+metrics_dir = os.environ.setdefault(
+    "PROMETHEUS_MULTIPROC_DIR", os.path.join(tempfile.gettempdir(), f"attention-metrics-{os.getpid()}"))
+
+
+def on_starting(server):  # master, once, before any worker exists
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    os.makedirs(metrics_dir)
+
+
+def child_exit(server, worker):  # master, after a worker exited (recycled, killed, timed out)
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # its in-flight gauge no longer counts
+
+
+def on_exit(server):
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+

@@ -70,8 +70,10 @@ def test_errors_over_real_http(server):
 def load_conf(monkeypatch, **env: str) -> dict:
     import runpy
 
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "WEB_CONCURRENCY", "PORT"):
-        monkeypatch.delenv(name, raising=False)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "WEB_CONCURRENCY", "PORT",
+                 "PROMETHEUS_MULTIPROC_DIR"):
+        monkeypatch.setenv(name, "")  # recorded, so what the conf sets is undone after the test
+        monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))

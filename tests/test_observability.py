@@ -1,0 +1,167 @@
+"""Request ids, the per-request JSON log line, app logs and /metrics (in-process; multiprocess in test_topology)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import orjson
+import pytest
+from conftest import assert_problem
+from prometheus_client.parser import text_string_to_metric_families
+
+from service import metrics
+from service.observability import JsonFormatter
+
+DEMO5 = {"tokens": ["the", "cat", "ate", "food", "it"], "d_model": 8, "n_heads": 4, "positional_encoding": True,
+         "causal": True}
+
+
+def scrape(client) -> dict[tuple[str, tuple], float]:
+    """Every sample of GET /metrics by (name, sorted labels)."""
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.mimetype == "text/plain"
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.get_data(as_text=True))
+            for sample in family.samples}
+
+
+def value(samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def log_lines(capfd) -> list[dict]:
+    return [orjson.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("sent", ["abc", "A.b-c_9", "x" * 128])
+def test_a_sane_request_id_is_echoed(client, sent):
+    assert client.get("/healthz", headers={"X-Request-Id": sent}).headers["X-Request-Id"] == sent
+
+
+@pytest.mark.parametrize("sent", [None, "", "x" * 129, "has space", "semi;colon", "ünï", "a\"b", "../../etc"])
+def test_an_insane_or_missing_request_id_is_replaced(client, sent):
+    headers = {} if sent is None else {"X-Request-Id": sent}
+    got = client.get("/healthz", headers=headers).headers["X-Request-Id"]
+    assert got != sent and re.fullmatch(r"[0-9a-f]{32}", got)
+
+
+def test_generated_request_ids_differ(client):
+    assert len({client.get("/healthz").headers["X-Request-Id"] for _ in range(20)}) == 20
+
+
+@pytest.mark.parametrize(("method", "path", "send", "status"), [
+    ("get", "/v1/nope", {}, 404),
+    ("get", "/v1/attention", {}, 405),
+    ("post", "/v1/attention", {"data": b"{", "content_type": "application/json"}, 400),
+    ("post", "/v1/attention", {"data": b"{}", "content_type": "text/plain"}, 415),
+    ("post", "/v1/attention", {"json": {"query": [[1.0]]}}, 422),
+])
+def test_every_problem_carries_the_request_id(client, method, path, send, status):
+    response = getattr(client, method)(path, headers={"X-Request-Id": "trace-1"}, **send)
+    body = assert_problem(response, status)
+    assert body["request_id"] == response.headers["X-Request-Id"] == "trace-1"
+
+
+def test_a_500_carries_the_request_id_in_body_log_and_header(app, capfd, monkeypatch):
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("secret internals")
+
+    response = app.test_client().get("/boom", headers={"X-Request-Id": "r500"})
+    body = assert_problem(response, 500)
+    assert body["request_id"] == "r500" and "secret" not in body["detail"]
+    [line] = [line for line in log_lines(capfd) if line["event"] == "request"]
+    assert line["request_id"] == "r500" and line["status"] == 500
+
+
+def test_one_json_line_per_request_with_route_status_duration_sizes_and_id(client, capfd):
+    capfd.readouterr()
+    response = client.post("/v1/multi-head-attention", json=DEMO5, headers={"X-Request-Id": "demo5"})
+    client.get("/v1/demos/lookup")
+    first, second = log_lines(capfd)
+    assert first["request_id"] == "demo5" and first["status"] == 200 and first["method"] == "POST"
+    assert first["route"] == first["path"] == "/v1/multi-head-attention"
+    assert first["request_bytes"] == len(orjson.dumps(DEMO5))
+    assert first["response_bytes"] == len(response.get_data()) > 0
+    assert 0 < first["duration_ms"] < 10_000
+    assert second["route"] == "/v1/demos/<string:name>" and second["path"] == "/v1/demos/lookup"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", first["time"])
+
+
+def test_request_lines_can_be_turned_off(monkeypatch, capfd):
+    from service import create_app
+
+    monkeypatch.setenv("LOG_REQUESTS", "0")
+    client = create_app({"TESTING": True}).test_client()
+    capfd.readouterr()
+    client.get("/healthz")
+    assert log_lines(capfd) == []
+
+
+def test_app_log_lines_are_json_with_the_request_id(app):
+    formatter = JsonFormatter()
+    record = logging.LogRecord("service.x", logging.WARNING, __file__, 1, "odd %s", ("thing",), None)
+    assert orjson.loads(formatter.format(record))["request_id"] is None
+    with app.test_request_context(headers={"X-Request-Id": "in-ctx"}):
+        app.preprocess_request()
+        line = orjson.loads(formatter.format(record))
+    assert line["request_id"] == "in-ctx" and line["message"] == "odd thing" and line["level"] == "warning"
+
+
+def test_requests_are_counted_by_route_rule_method_and_status(client):
+    before = scrape(client)
+    for name in ("lookup", "scaling", "nope"):
+        client.get(f"/v1/demos/{name}")
+    client.get("/no/such/path/1")
+    client.get("/no/such/path/2")
+    client.open("/healthz", method="BREW")
+    after = scrape(client)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("http_requests_total", route="/v1/demos/<string:name>", method="GET", status="200") == 2
+    assert delta("http_requests_total", route="/v1/demos/<string:name>", method="GET", status="404") == 1
+    assert delta("http_requests_total", route=metrics.UNMATCHED, method="GET", status="404") == 2
+    assert delta("http_requests_total", route=metrics.UNMATCHED, method="other", status="405") == 1
+    assert delta("http_request_duration_seconds_count", route="/v1/demos/<string:name>", method="GET") == 3
+    assert not [key for key in after if "/no/such" in str(key)]  # raw paths never become labels
+
+
+def test_sizes_elements_and_in_flight(client):
+    before = scrape(client)
+    response = client.post("/v1/multi-head-attention", json=DEMO5)
+    client.post("/v1/encoder", json={"tokens": ["the", "cat"], "n_heads": 2, "n_layers": 3, "return_weights": False})
+    client.post("/v1/multi-head-attention", json={**DEMO5, "n_heads": 99})  # refused: not computed
+    after = scrape(client)
+    route = "/v1/multi-head-attention"
+    assert value(after, "http_request_size_bytes_sum", route=route) - value(
+        before, "http_request_size_bytes_sum", route=route) == 2 * len(orjson.dumps(DEMO5)) + 1
+    assert value(after, "http_response_size_bytes_count", route=route) - value(
+        before, "http_response_size_bytes_count", route=route) == 2
+    assert value(after, "http_response_size_bytes_sum", route=route) - value(
+        before, "http_response_size_bytes_sum", route=route) > len(response.get_data())
+    # 4 heads x 5 x 5, then 2 heads x 2 x 2 x 3 layers (weights computed even when not returned)
+    assert value(after, "attention_weight_elements_total") - value(before, "attention_weight_elements_total") == (
+        100 + 24)
+    assert value(after, "attention_weight_elements_per_request_count") - value(
+        before, "attention_weight_elements_per_request_count") == 2
+    assert value(after, "http_requests_in_flight") == 1  # the scrape itself
+
+
+def test_batch_sizes_hook(client):
+    before = scrape(client)
+    metrics.observe_batch(3)
+    after = scrape(client)
+    assert value(after, "batch_items_count") - value(before, "batch_items_count") == 1
+    assert value(after, "batch_items_sum") - value(before, "batch_items_sum") == 3
+
+
+def test_documented_examples_are_not_counted_as_work(client):
+    from service.api import examples
+
+    before = metrics.ELEMENTS._value.get()
+    examples.response.cache_clear()
+    examples.response("multi-head-attention")
+    assert metrics.ELEMENTS._value.get() == before
