@@ -70,3 +70,51 @@ def child_exit(server, worker):  # master, after a worker exited (recycled, kill
 def on_exit(server):
     shutil.rmtree(metrics_dir, ignore_errors=True)
 
+
+# One sendall per response: gunicorn writes the status line and headers, then the body, in two
+# writes. A replica killed between them leaves nginx holding headers it already passed on, so it
+# can no longer retry the request elsewhere (the client sees a truncated response; seen in
+# tests/test_topology.py). Sending both at once also saves a syscall and a TCP segment per request.
+from gunicorn.http import wsgi as _wsgi  # noqa: E402
+
+
+class _Capture:
+    """Stands in for the socket while gunicorn writes the headers, keeping the bytes."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+
+class OneWriteResponse(_wsgi.Response):
+    """gunicorn's Response, sending the headers with the first body chunk (``_emit_body``, gunicorn 27)."""
+
+    _held = b""
+
+    def write(self, arg):
+        if self.headers_sent:
+            return super().write(arg)
+        sock, self.sock = self.sock, _Capture()
+        try:
+            self.send_headers()
+        finally:
+            self.sock, self._held = sock, self.sock.data
+        try:
+            return super().write(arg)
+        finally:
+            if self._held:  # no body went out (HEAD, 204, an error): the headers still must
+                held, self._held = self._held, b""
+                self.sock.sendall(held)
+
+    def _emit_body(self, data):
+        held, self._held = self._held, b""
+        if held and not self.chunked:
+            return self.sock.sendall(held + data)
+        if held:
+            self.sock.sendall(held)
+        return super()._emit_body(data)
+
+
+_wsgi.Response = OneWriteResponse  # wsgi.create() builds every response from this module global

@@ -1,0 +1,30 @@
+# The API image: gunicorn (service/gunicorn.conf.py) serving service.wsgi:app as a non-root user.
+# docker-compose.yml runs replicas of it behind nginx (deploy/nginx.conf).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HOST=0.0.0.0 \
+    PORT=8000 \
+    OPENBLAS_NUM_THREADS=1 \
+    OMP_NUM_THREADS=1 \
+    MKL_NUM_THREADS=1
+
+WORKDIR /app
+COPY pyproject.toml ./
+COPY attention ./attention
+COPY schemas ./schemas
+COPY service ./service
+RUN pip install . \
+    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin app
+
+USER app
+EXPOSE 8000
+# /readyz runs a tiny attention through the engine. The slim image has no curl: Python asks.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('PORT', '8000') + '/readyz', timeout=2)"]
+# SIGTERM (docker stop) drains: workers finish their request within GUNICORN_GRACEFUL_TIMEOUT.
+STOPSIGNAL SIGTERM
+CMD ["gunicorn", "-c", "service/gunicorn.conf.py", "service.wsgi:app"]

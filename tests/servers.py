@@ -1,0 +1,210 @@
+"""Real servers for the tests: gunicorn instances and Debian's nginx on loopback, always stopped.
+
+``Gunicorn`` runs the same command and environment as the docker-compose ``api`` service (read
+from docker-compose.yml), with only HOST/PORT (and what a test adds) changed; ``Nginx`` runs the
+repo's deploy/nginx.conf with only its ports and paths templated (see :func:`render_nginx_conf`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+NGINX_CONF = (ROOT / "deploy" / "nginx.conf").read_text()
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
+    """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer {url} within {START_TIMEOUT} s")
+        time.sleep(0.05)
+
+
+def interpolate(value: object) -> str:
+    """A compose value with ``${NAME:-default}`` replaced by its default (the topology as shipped)."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+
+
+def compose_api_command() -> list[str]:
+    """The api service's command in docker-compose.yml, as argv."""
+    command = COMPOSE["services"]["api"]["command"]
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def compose_api_environment() -> dict[str, str]:
+    """The api service's environment in docker-compose.yml (values as strings)."""
+    return {name: interpolate(value) for name, value in COMPOSE["services"]["api"]["environment"].items()}
+
+
+class Gunicorn:
+    """One API instance: compose's command and environment on 127.0.0.1:<free port>, own session.
+
+    ``env`` adds or overrides variables. The output goes to a file (a pipe nobody reads would fill
+    and block the server); ``log()`` reads it.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None, workers: int = 2) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.logfile = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+        argv = compose_api_command()
+        argv[0] = str(BIN / argv[0])  # the venv's gunicorn
+        environment = {**os.environ, **compose_api_environment(), "HOST": "127.0.0.1", "PORT": str(self.port),
+                       "WEB_CONCURRENCY": str(workers), **(env or {})}
+        environment.pop("PROMETHEUS_MULTIPROC_DIR", None)  # one fresh directory per instance
+        self.process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=self.logfile,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_until_up(f"{self.url}/readyz", self.process, "gunicorn")
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}: {self.log()[-3000:]}") from None
+
+    def workers(self) -> list[int]:
+        """Pids of the master's children (the workers)."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
+        return [int(pid) for pid in children.split()]
+
+    def rss_kib(self) -> dict[int, int]:
+        """Resident memory of each worker, KiB (VmRSS from /proc)."""
+        sizes = {}
+        for pid in self.workers():
+            status = Path(f"/proc/{pid}/status").read_text()
+            sizes[pid] = int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))
+        return sizes
+
+    def terminate(self) -> None:
+        """SIGTERM to the master: graceful shutdown (workers finish their current request)."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the master and its workers at once: a crashed instance."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+
+    def log(self) -> str:
+        return Path(self.logfile.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.terminate()
+            try:
+                self.process.wait(timeout=25)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                self.process.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):  # any worker left behind by a kill of the master
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.logfile.close()
+        os.unlink(self.logfile.name)
+
+    def __enter__(self) -> Gunicorn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path) -> str:
+    """deploy/nginx.conf with only ports and paths changed, each replacement checked to apply once.
+
+    ``listen 80`` -> the loopback port; the compose upstream ``server api:8000`` line -> one line per
+    local instance; pid, logs and temp paths -> ``workdir``; ``user`` (root in CI) kept as root.
+    """
+    text = NGINX_CONF
+    [upstream] = re.findall(r"^\s*server api:8000\b[^;]*;\n", text, re.M)
+    servers = "".join(upstream.replace("api:8000", address) for address in upstreams)
+    replacements = [
+        ("_temp_path /tmp/nginx-", f"_temp_path {workdir}/nginx-"),
+        (upstream, servers),
+        ("listen 80;", f"listen 127.0.0.1:{listen};"),
+        ("pid /tmp/nginx.pid;", f"pid {workdir}/nginx.pid;"),
+        ("error_log /dev/stderr warn;", f"error_log {workdir}/error.log warn;"),
+        ("access_log /dev/stdout json;", f"access_log {workdir}/access.log json;"),
+    ]
+    for old, new in replacements:
+        assert old in text, f"deploy/nginx.conf no longer has {old!r}: update render_nginx_conf"
+        text = text.replace(old, new)
+    if os.geteuid() == 0:  # as root, nginx's workers would switch to `nobody`, who cannot write workdir
+        text = "user root;\n" + text
+    return text
+
+
+class Nginx:
+    """Debian's nginx with the repo's config in front of ``upstreams`` (host:port), on a free port."""
+
+    def __init__(self, upstreams: list[str]) -> None:
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        self.workdir = Path(tempfile.mkdtemp(prefix="nginx-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        conf = self.workdir / "nginx.conf"
+        conf.write_text(render_nginx_conf(self.port, upstreams, self.workdir))
+        self.process = subprocess.Popen([binary, "-c", str(conf), "-p", str(self.workdir), "-g", "daemon off;"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(f"{self.url}/healthz", self.process, "nginx")
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}: {self.error_log()[-3000:]}") from None
+
+    def error_log(self) -> str:
+        path = self.workdir / "error.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def access_log(self) -> list[dict]:
+        path = self.workdir / "access.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)  # graceful
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Nginx:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def nginx_available() -> bool:
+    return bool(shutil.which("nginx") or Path("/usr/sbin/nginx").exists())
