@@ -98,7 +98,8 @@ def problem_response(status: int, title: str, detail: str, problem_type: str = "
                      headers: Mapping[str, str] | None = None, **members: Any) -> Response:
     """An application/problem+json response; members with value None are left out.
 
-    ``request_id`` (the X-Request-Id) is added to every problem answered during a request.
+    ``request_id`` (the X-Request-Id) is added to every problem answered during a request (a batch
+    item's problem, inside a 200 answer, has none: the batch answer's header carries it).
     """
     members.setdefault("request_id", request_id())
     body = {"type": problem_type, "title": title, "status": status, "detail": detail}

@@ -165,3 +165,13 @@ def test_documented_examples_are_not_counted_as_work(client):
     examples.response.cache_clear()
     examples.response("multi-head-attention")
     assert metrics.ELEMENTS._value.get() == before
+
+
+def test_a_batch_records_its_size_and_the_items_work(client):
+    before = scrape(client)
+    items = [{"id": str(i), "op": "multi-head-attention", "body": DEMO5} for i in range(3)]
+    assert client.post("/v1/batch", json={"requests": items}).status_code == 200
+    after = scrape(client)
+    assert value(after, "batch_items_sum") - value(before, "batch_items_sum") == 3
+    assert value(after, "attention_weight_elements_total") - value(before, "attention_weight_elements_total") == 300
+

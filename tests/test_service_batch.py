@@ -31,6 +31,7 @@ def rooted(problem: dict, index: int) -> dict:
         where = error.get("pointer") or "/" + error["parameter"]
         detail = detail.replace(f"{where}: ", f"{root}{where}: ")
         errors.append({"pointer": root + where, "detail": error["detail"]})
+    problem = {key: value for key, value in problem.items() if key != "request_id"}  # per HTTP request
     return {**problem, "detail": detail, **({"errors": errors} if errors else {})}
 
 
