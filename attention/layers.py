@@ -12,42 +12,30 @@ so seed=0 reproduces its numbers. Explicit weights may be passed instead.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, working_dtype
+from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import AttentionTrace, attend, require_finite, scaled_dot_product_attention, trace_attention
 
 WEIGHT_STD = 0.5      # the seed script's scale for every random projection
 OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
-# Memoise seeded draws of up to 2**14 elements (128 KiB) per matrix; the caches hold at most
-# 32 projection triples and 16 multi-head sets (about 1.2 MiB each with their float32 copies): < 32 MiB.
-CACHED_DRAW_ELEMENTS = 1 << 14
-
-
-def seeded_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """W_q, W_k, W_v (d_model, d_k) drawn in that order from default_rng(seed).normal(0, 0.5).
-
-    Small draws are memoised (a service builds the same seeded layer on every request);
-    the arrays are read-only so a cached draw can never be changed by a caller.
-    """
-    if d_model * d_k <= CACHED_DRAW_ELEMENTS:
-        return _cached_projections(d_model, d_k, seed)
-    return _draw_projections(d_model, d_k, seed)
 
 
 def _draw_projections(d_model: int, d_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """W_q, W_k, W_v (d_model, d_k) drawn in that order from default_rng(seed).normal(0, 0.5), read-only."""
     rng = np.random.default_rng(seed)
     weights = tuple(rng.normal(0, WEIGHT_STD, (d_model, d_k)) for _ in range(3))
     for w in weights:
-        w.setflags(write=False)
+        w.setflags(write=False)        # memoised and shared: nobody may change a draw
     return weights
 
 
-_cached_projections = functools.lru_cache(maxsize=32)(_draw_projections)
+# A service builds the same seeded layers on every request: recent draws are kept, within a budget.
+seeded_projections = ByteBudgetMemo(_draw_projections, lambda ws: 3 * ws[0].nbytes, max_bytes=16 << 20)
 
 
 def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndarray:
@@ -134,29 +122,31 @@ class _HeadWeights:
 
     @classmethod
     def build(cls, w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray, w_o: np.ndarray) -> _HeadWeights:
-        d_model = w_o.shape[0]
+        """Fuse the heads' projections; w_q, w_k, w_v become read-only views into the fused matrix."""
+        n_heads, d_model, d_k = w_q.shape
         w_qkv = np.concatenate([w.transpose(1, 0, 2).reshape(d_model, -1) for w in (w_q, w_k, w_v)], axis=1)
-        return cls(w_q, w_k, w_v, w_o, CastCache(w_qkv=w_qkv, w_o=w_o))
+        w_o = np.array(w_o, dtype=np.float64)                       # our own copy: callers keep theirs
+        for w in (w_qkv, w_o):
+            w.setflags(write=False)
+        q, k, v = (part.reshape(d_model, n_heads, d_k).transpose(1, 0, 2) for part in np.split(w_qkv, 3, axis=1))
+        return cls(q, k, v, w_o, CastCache(w_qkv=w_qkv, w_o=w_o))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, counting the float32 copies a float32 request adds."""
+        return (self.w_o.nbytes + 3 * self.w_q.nbytes) * 3 // 2
 
 
 def _draw_heads(d_model: int, n_heads: int, seed: int) -> _HeadWeights:
     """Head i = SelfAttention(d_model, d_k, seed + i)'s weights; W_o from default_rng(seed + 99)."""
-    per_head = [seeded_projections(d_model, d_model // n_heads, seed + i) for i in range(n_heads)]
+    per_head = [_draw_projections(d_model, d_model // n_heads, seed + i) for i in range(n_heads)]
     w_q, w_k, w_v = (np.stack(ws) for ws in zip(*per_head, strict=True))
     w_o = np.random.default_rng(seed + OUTPUT_SEED_OFFSET).normal(0, WEIGHT_STD, (d_model, d_model))
-    for w in (w_q, w_k, w_v, w_o):
-        w.setflags(write=False)
     return _HeadWeights.build(w_q, w_k, w_v, w_o)
 
 
-_cached_heads = functools.lru_cache(maxsize=16)(_draw_heads)
-
-
-def _seeded_heads(d_model: int, n_heads: int, seed: int) -> _HeadWeights:
-    """Seeded head weights; small models are memoised (a service rebuilds them per request)."""
-    if d_model * d_model <= CACHED_DRAW_ELEMENTS:
-        return _cached_heads(d_model, n_heads, seed)
-    return _draw_heads(d_model, n_heads, seed)
+# Seeded multi-head weight sets within 64 MiB per process (d_model=512 takes 12 MiB with float32 copies).
+_seeded_heads = ByteBudgetMemo(_draw_heads, lambda heads: heads.nbytes, max_bytes=64 << 20)
 
 
 class MultiHeadAttention:

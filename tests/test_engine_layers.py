@@ -214,3 +214,36 @@ def test_encoder_trace_matches_the_forward_pass(rng):
     stages = first.as_dict()
     assert list(stages) == ["attention", "add_norm_1", "feed_forward", "output"]
     assert stages["attention"]["q"].shape == (2, 6, 4)
+
+
+def test_seeded_weights_are_memoised_and_read_only():
+    first, again = attention.MultiHeadAttention(512, 8, seed=11), attention.MultiHeadAttention(512, 8, seed=11)
+    assert first.w_o is again.w_o                                    # drawn once, shared
+    assert not first.w_q.flags.writeable and not first.w_o.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        first.w_q[0, 0, 0] = 1.0
+    np.testing.assert_array_equal(first.w_k[3], attention.SelfAttention(512, 64, seed=14).W_k)
+
+
+def test_explicit_weights_are_copied_not_frozen(rng):
+    w = {name: rng.normal(size=(2, 4, 2)) for name in ("w_q", "w_k", "w_v")}
+    w_o = rng.normal(size=(4, 4))
+    mha = attention.MultiHeadAttention(4, 2, **w, w_o=w_o)
+    w_o[0, 0] = 99.0                                                  # the caller's array stays theirs
+    assert w_o.flags.writeable and mha.w_o[0, 0] != 99.0
+
+
+def test_byte_budget_memo_evicts_least_recently_used():
+    from attention._memo import ByteBudgetMemo
+
+    built = []
+    memo = ByteBudgetMemo(lambda n: built.append(n) or np.zeros(n), lambda a: a.nbytes, max_bytes=8 * 10)
+    memo(4), memo(4), memo(5)
+    assert built == [4, 5]                                           # the second call was a hit
+    memo(4)                                                          # 4 is now the most recent
+    memo(3)                                                          # 4 + 5 + 3 > 10 elements: evict 5
+    memo(5)
+    assert built == [4, 5, 3, 5]
+    memo(11)                                                         # larger than the budget: never kept
+    memo(11)
+    assert built[-2:] == [11, 11]
