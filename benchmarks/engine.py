@@ -309,13 +309,18 @@ def torch_dtype(dtype: type) -> Any:
     return torch.float32 if dtype == np.float32 else torch.float64
 
 
+def to_torch(a: np.ndarray, dtype: type) -> Any:
+    """A torch tensor holding a writable, contiguous copy of `a` (the engine's weights are read-only)."""
+    return torch.from_numpy(np.array(a, dtype=dtype, order="C", copy=True))
+
+
 def build_torch_mha(mha: Any, dtype: type) -> Any:
     """torch.nn.MultiheadAttention holding the engine's weights (torch's Linear computes x @ W.T)."""
     d, h = mha.d_model, mha.n_heads
     module = torch.nn.MultiheadAttention(d, h, bias=False, batch_first=True, dtype=torch_dtype(dtype))
     with torch.no_grad():
-        module.in_proj_weight.copy_(torch.from_numpy(np.ascontiguousarray(fused_in_proj(mha).T)))
-        module.out_proj.weight.copy_(torch.from_numpy(np.ascontiguousarray(np.asarray(mha.w_o).T)))
+        module.in_proj_weight.copy_(to_torch(fused_in_proj(mha).T, np.float64))
+        module.out_proj.weight.copy_(to_torch(np.asarray(mha.w_o).T, np.float64))
     return module.eval()
 
 
@@ -426,8 +431,8 @@ def build_methods(shape: Shape, dtype: type, x: np.ndarray) -> dict[str, Callabl
     if torch is not None:
         tx = torch.from_numpy(x)
         module = build_torch_mha(mha, dtype)
-        w_qkv = torch.from_numpy(np.ascontiguousarray(fused_in_proj(mha), dtype=dtype))
-        w_o = torch.from_numpy(np.ascontiguousarray(mha.w_o, dtype=dtype))
+        w_qkv = to_torch(fused_in_proj(mha), dtype)
+        w_o = to_torch(mha.w_o, dtype)
         methods["mha"] = lambda: torch_mha_forward(module, tx)
         methods["sdpa"] = lambda: (torch_sdpa_forward(tx, w_qkv, w_o, h), None)
     methods["_mha"] = lambda: mha  # carried along for the memory measurement
