@@ -68,6 +68,16 @@ def json_depth(body: bytes) -> int:
     return int(np.cumsum(steps).max())
 
 
+def check_depth(body: bytes, limits: Any) -> None:
+    """422 when the JSON nesting of ``body`` is past ``max_json_depth``.
+
+    The depth is at most the number of ``[`` and ``{`` bytes (two C-speed counts), so a body with
+    no more of them than the limit, like every small request, skips the ~40 µs scan.
+    """
+    if body.count(b"[") + body.count(b"{") > limits.max_json_depth:
+        limits.check("max_json_depth", json_depth(body), pointer="")
+
+
 def read_body(request: Request, max_bytes: int) -> bytes:
     """The request body, refusing with 413 past ``max_bytes``: by Content-Length before reading,
     and by counting while reading a chunked body (which has no Content-Length)."""
@@ -99,7 +109,7 @@ def load_json_body(request: Request) -> Any:
         raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
     limits = current_app.extensions["limits"]
     body = read_body(request, limits.max_body_bytes)
-    limits.check("max_json_depth", json_depth(body), pointer="")
+    check_depth(body, limits)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,18 +48,25 @@ class Server:
 
 
 @contextmanager
-def gunicorn(env: Mapping[str, str] | None = None, *, start_timeout: float = 30.0) -> Iterator[Server]:
-    """Run gunicorn with ``env`` added to this environment (PORT is chosen here) until the block ends."""
+def gunicorn(env: Mapping[str, str] | None = None, *, start_timeout: float = 30.0,
+             app: str = "service.wsgi:app") -> Iterator[Server]:
+    """Run gunicorn with ``env`` added to this environment (PORT is chosen here) until the block ends.
+
+    ``app`` is the WSGI app (module:name, importable from the repository root)."""
     port = free_port()
-    process = subprocess.Popen([str(GUNICORN), "-c", "service/gunicorn.conf.py", "service.wsgi:app"], cwd=ROOT,
+    # A file, not a pipe: the app writes a log line per request, and a pipe nobody reads fills up
+    # (64 KiB, a few hundred requests) and then blocks every worker.
+    output = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below)
+    process = subprocess.Popen([str(GUNICORN), "-c", "service/gunicorn.conf.py", app], cwd=ROOT,
                                env={**os.environ, **(env or {}), "PORT": str(port)},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout
         while not _healthy(url):
             if process.poll() is not None:
-                raise LaunchError(f"gunicorn exited: {process.stdout.read(4000)!r}")
+                output.seek(0)
+                raise LaunchError(f"gunicorn exited: {output.read(4000)!r}")
             if time.monotonic() > deadline:
                 raise LaunchError(f"gunicorn did not answer within {start_timeout} s")
             time.sleep(0.1)
@@ -70,7 +78,7 @@ def gunicorn(env: Mapping[str, str] | None = None, *, start_timeout: float = 30.
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
-        process.stdout.close()
+        output.close()
 
 
 def _healthy(url: str) -> bool:

@@ -43,8 +43,9 @@ def _now() -> str:
 def _start() -> None:
     """First before_request hook: id, clock, in-flight gauge."""
     sent = request.headers.get(HEADER)
-    g.request_id = sent if sent and SANE_ID.fullmatch(sent) else os.urandom(16).hex()
-    g.started = time.perf_counter()
+    state = g._get_current_object()
+    state.request_id = sent if sent and SANE_ID.fullmatch(sent) else os.urandom(16).hex()
+    state.started = time.perf_counter()
     metrics.IN_FLIGHT.inc()
     g.in_flight = True
 
@@ -60,25 +61,37 @@ class _RequestLog:
 
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
+        self.children: dict[tuple[str, str, int], tuple] = {}  # labelled metrics: .labels() costs ~5 µs
+
+    def _metrics(self, route: str, method: str, status: int) -> tuple:
+        key = (route, method, status)
+        if key not in self.children:  # bounded: routes x methods x statuses
+            self.children[key] = (metrics.REQUESTS.labels(route, method, str(status)),
+                                  metrics.LATENCY.labels(route, method), metrics.REQUEST_SIZE.labels(route),
+                                  metrics.RESPONSE_SIZE.labels(route))
+        return self.children[key]
 
     def __call__(self, response: Response) -> Response:
         """Last after_request hook: header, metrics, log line."""
-        rid = g.get("request_id") or os.urandom(16).hex()  # a hook before ours may have failed
+        req = request._get_current_object()  # one context lookup, not one per attribute
+        state = g._get_current_object()
+        rid = getattr(state, "request_id", None) or os.urandom(16).hex()  # a hook before ours may have failed
         response.headers[HEADER] = rid
-        seconds = time.perf_counter() - g.get("started", time.perf_counter())
-        rule = request.url_rule
+        seconds = time.perf_counter() - getattr(state, "started", time.perf_counter())
+        rule = req.url_rule
         route = rule.rule if rule is not None else metrics.UNMATCHED
-        method = request.method if request.method in METHODS else "other"
+        method = req.method if req.method in METHODS else "other"
         status = response.status_code
-        sent = request.content_length or 0
+        sent = req.content_length or 0
         size = response.content_length or 0
-        metrics.REQUESTS.labels(route, method, str(status)).inc()
-        metrics.LATENCY.labels(route, method).observe(seconds)
-        metrics.REQUEST_SIZE.labels(route).observe(sent)
-        metrics.RESPONSE_SIZE.labels(route).observe(size)
+        count, latency, request_size, response_size = self._metrics(route, method, status)
+        count.inc()
+        latency.observe(seconds)
+        request_size.observe(sent)
+        response_size.observe(size)
         if self.fd is not None:
             line = {"time": _now(), "level": "info", "event": "request", "request_id": rid, "method": method,
-                    "route": route, "path": request.path[:256], "status": status,
+                    "route": route, "path": req.path[:256], "status": status,
                     "duration_ms": round(seconds * 1000, 3), "request_bytes": sent, "response_bytes": size}
             os.write(self.fd, orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
         return response

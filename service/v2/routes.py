@@ -23,7 +23,7 @@ from schemas.v2 import (
 )
 from service.api import current_limits
 from service.health import engine_ready
-from service.jsonio import dumps, json_depth, read_body
+from service.jsonio import check_depth, dumps, read_body
 from service.limits import Limits
 from service.smorest import Blueprint
 from service.v2 import errors
@@ -158,7 +158,7 @@ def model_infer(model: str) -> Response:
     """
     selected, limits = get_model(model), current_limits()
     text, binary = parse_header(read_body(request, limits.max_body_bytes), request.headers.get(HEADER_LENGTH))
-    limits.check("max_json_depth", json_depth(text), pointer="")
+    check_depth(text, limits)
     answer, chunks = infer(selected, load_json(text), binary, limits)
     header = dumps(answer)
     if not chunks:
