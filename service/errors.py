@@ -7,6 +7,7 @@ problem response. marshmallow's nested error dicts become ``errors: [{pointer, d
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -104,8 +105,11 @@ def problem_response(status: int, title: str, detail: str, problem_type: str = "
     members.setdefault("request_id", request_id())
     body = {"type": problem_type, "title": title, "status": status, "detail": detail}
     body.update({key: value for key, value in members.items() if value is not None})
-    response = Response(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), status=status,
-                        mimetype=PROBLEM_JSON)
+    try:
+        data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an integer past 64 bits (e.g. a huge size echoed as a limit's value): stdlib json writes it
+        data = json.dumps(body).encode()
+    response = Response(data, status=status, mimetype=PROBLEM_JSON)
     response.headers.update(headers or {})
     return response
 

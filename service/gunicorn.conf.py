@@ -26,6 +26,8 @@ graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "1000"))
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+# gunicorn answers a longer request line itself, in HTML; up to its maximum, the app answers (problem+json).
+limit_request_line = 8190
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 
 # glibc hands multi-MB buffers back to the kernel on free, so every request page-faults its tensors,

@@ -125,6 +125,15 @@ class OrjsonParser(FlaskParser):
     def load_json(self, req: Request, schema: Any) -> Any:
         return self._raw_load_json(req)
 
+    def load_querystring(self, req: Request, schema: Any) -> Any:
+        """The query string, each parameter given once: ``?size=1&size=2`` would otherwise be cut to
+        its first value silently (every query parameter here is a scalar)."""
+        repeated = [name for name, values in req.args.lists() if len(values) > 1]
+        if repeated:
+            errors = [{"parameter": name, "detail": "Given more than once."} for name in repeated]
+            raise ValidationProblem(f"Give each query parameter once: {', '.join(repeated)}"[:500], errors=errors)
+        return super().load_querystring(req, schema)
+
     def handle_error(self, error: Any, req: Request, schema: Any, *, error_status_code: int | None,
                      error_headers: Any) -> None:
         """marshmallow errors as 422 with one pointer (body) or parameter (query string) per message."""
