@@ -1,0 +1,185 @@
+"""Hostile input against the real gunicorn server: each gets a fast 4xx, memory stays bounded, the server stays ready.
+
+Bounded: every request has a timeout, bodies are at most ~17 MB, slow clients trickle for ~3 s.
+Worker RSS (VmRSS from /proc) is measured before and after the whole suite.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import requests
+from servers import Gunicorn, Nginx, nginx_available
+
+from service.limits import Limits
+
+LIMIT = Limits().max_body_bytes
+FAST = 3.0  # seconds: a refusal slower than this is not "fast" (they take milliseconds; CI is noisy)
+RSS_BOUND_KIB = 400 * 1024  # per worker, after the whole suite (~60-90 MiB after start-up)
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Gunicorn(env={"LOG_REQUESTS": "0"}) as instance:
+        baseline = instance.rss_kib()
+        yield instance
+        after = instance.rss_kib()
+        assert set(after) == set(baseline), "a worker died (or was recycled) during the hostile suite"
+        assert max(after.values()) < RSS_BOUND_KIB, (baseline, after)
+        print(f"\nworker RSS KiB before {baseline} after {after}")
+
+
+def post(server, path: str, data: bytes | object, headers: dict | None = None) -> requests.Response:
+    started = time.monotonic()
+    response = requests.post(f"{server.url}{path}", data=data, headers=JSON if headers is None else headers, timeout=30)
+    assert time.monotonic() - started < FAST, f"slow refusal: {time.monotonic() - started:.1f} s"
+    return response
+
+
+def assert_refused(response: requests.Response, *statuses: int) -> dict:
+    assert response.status_code in statuses, response.text[:500]
+    assert response.headers["Content-Type"] == "application/problem+json"
+    return response.json()
+
+
+@pytest.fixture(autouse=True)
+def still_ready(server):
+    yield
+    assert requests.get(f"{server.url}/readyz", timeout=10).json() == {"status": "ready"}
+
+
+def mha_body(embeddings: str) -> bytes:
+    return b'{"n_heads": 2, "embeddings": ' + embeddings.encode() + b"}"
+
+
+def test_body_exactly_at_the_limit_is_read_and_judged(server):
+    head = b'{"n_heads": 2, "embeddings": [[1.0, 2.0]], "pad": "'
+    body = head + b"x" * (LIMIT - len(head) - 2) + b'"}'
+    assert len(body) == LIMIT
+    assert_refused(post(server, "/v1/multi-head-attention", body), 422)  # read; "pad" is an unknown field
+
+
+@pytest.mark.parametrize("extra", [1, 1024 * 1024])
+def test_body_past_the_limit_with_content_length_is_413(server, extra):
+    assert_refused(post(server, "/v1/attention", b" " * (LIMIT + extra)), 413)
+
+
+def test_body_past_the_limit_chunked_is_413(server):
+    def chunks():
+        yield b'{"query": ['
+        for _ in range(LIMIT // (64 * 1024) + 2):
+            yield b"[1.0]," * (64 * 1024 // 6)
+        yield b"[1.0]]}"
+
+    assert_refused(post(server, "/v1/attention", chunks()), 413)
+
+
+@pytest.mark.parametrize("depth", [33, 1000, 5000, 100_000])
+def test_json_nested_thousands_deep_is_422(server, depth):
+    body = assert_refused(post(server, "/v1/attention", b"[" * depth + b"]" * depth), 422)
+    assert body["limit"]["name"] == "max_json_depth"
+
+
+def test_a_million_numbers_with_one_nan_at_the_end_is_400(server):
+    numbers = "[" + "0.5," * (10**6 - 1) + "NaN]"
+    assert_refused(post(server, "/v1/multi-head-attention", mha_body(f"[{numbers}]")), 400)
+
+
+def test_a_million_numbers_with_one_overflow_at_the_end_is_400(server):
+    numbers = "[" + "0.5," * (10**6 - 1) + "1e999]"
+    assert_refused(post(server, "/v1/multi-head-attention", mha_body(f"[{numbers}]")), 400)
+
+
+def test_a_million_finite_numbers_past_the_sequence_limit_is_422(server):
+    rows = ",".join(["[0.5, 0.25]"] * 500_000)
+    body = assert_refused(post(server, "/v1/multi-head-attention", mha_body(f"[{rows}]")), 422)
+    assert body["limit"]["name"] == "max_sequence_length"
+
+
+@pytest.mark.parametrize(("path", "payload", "limit"), [
+    ("/v1/multi-head-attention", {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 10**9}, "max_heads"),
+    ("/v1/encoder", {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 2, "n_layers": 10**9}, "max_layers"),
+    ("/v1/encoder", {"tokens": ["the"], "d_model": 8, "n_heads": 2, "d_ff": 10**12}, "max_d_ff"),
+    ("/v1/embed", {"tokens": ["the"], "d_model": 10**9}, "max_d_model"),
+])
+def test_enormous_sizes_are_refused_before_compute(server, path, payload, limit):
+    response = requests.post(f"{server.url}{path}", json=payload, timeout=10)
+    assert assert_refused(response, 422)["limit"]["name"] == limit
+
+
+@pytest.mark.parametrize("query", ["size=1000000000000", "size=143896758767122432000", "size=-1", "size=1e3",
+                                   "size=1&size=2", "size=%00", "size=" + "9" * 4000])
+def test_enormous_or_odd_query_values_are_422(server, query):
+    response = requests.get(f"{server.url}/v1/causal-mask?{query}", timeout=10)
+    assert_refused(response, 422)
+
+
+@pytest.mark.parametrize("number", [b"123456789012345678901234567890", b"1e300", b"-1e300", b"18446744073709551616"])
+def test_huge_integers_and_numbers_are_refused(server, number):
+    assert_refused(post(server, "/v1/multi-head-attention", b'{"tokens": ["the"], "d_model": 8, "n_heads": '
+                        + number + b"}"), 422)
+    assert_refused(post(server, "/v1/self-attention", b'{"tokens": ["the"], "seed": ' + number + b"}"), 422)
+
+
+@pytest.mark.parametrize("token", ["caf\u00e9", "\u0000", "\u202e", "\ud83d\ude00" * 50, "a\tb", "\u00ff" * 1000])
+def test_unicode_and_control_characters_in_tokens_are_named_unknown(server, token):
+    response = requests.post(f"{server.url}/v1/embed", json={"tokens": ["the", token]}, timeout=10)
+    body = assert_refused(response, 422)
+    assert body["errors"][0]["pointer"] == "/tokens/1"
+
+
+def test_raw_control_characters_in_a_json_string_are_400(server):
+    assert_refused(post(server, "/v1/embed", b'{"tokens": ["a\x01b"]}'), 400)
+
+
+def test_invalid_utf8_is_400(server):
+    assert_refused(post(server, "/v1/embed", b'{"tokens": ["\xff\xfe"]}'), 400)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+                                          "application/xml", "", "application/jsonx", "image/png"])
+def test_wrong_content_types_are_415(server, content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    assert_refused(post(server, "/v1/attention", b'{"query": [[1.0]]}', headers), 415)
+
+
+def test_a_slow_client_is_answered_once_its_body_arrives(server):
+    """A sync worker waits for a slow body (this is why nginx sits in front: see the next test)."""
+    body = b'{"query": [[1.0]], "key": [[1.0]], "value": [[2.0]]}'
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        for i in range(0, len(body), 10):
+            sock.sendall(body[i:i + 10])
+            time.sleep(0.05)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.skipif(not nginx_available(), reason="nginx not installed")
+def test_slow_clients_through_nginx_never_hold_a_worker(server):
+    """More slowloris connections than workers, trickling for ~3 s: nginx buffers them, and normal
+    requests through the same nginx are answered meanwhile."""
+    with Nginx([f"127.0.0.1:{server.port}"]) as nginx:
+        slow = []
+        for _ in range(8):  # 4x the workers
+            sock = socket.create_connection(("127.0.0.1", nginx.port), timeout=10)
+            sock.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100000\r\n\r\n{")
+            slow.append(sock)
+        try:
+            latencies = []
+            for _ in range(6):
+                for sock in slow:
+                    sock.sendall(b" ")
+                started = time.monotonic()
+                response = requests.get(f"{nginx.url}/v1/limits", timeout=5)
+                latencies.append(time.monotonic() - started)
+                assert response.status_code == 200
+                time.sleep(0.5)
+            assert max(latencies) < 1.0, latencies
+        finally:
+            for sock in slow:
+                sock.close()
