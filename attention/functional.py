@@ -139,22 +139,21 @@ def _allowed_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, c
     return allowed
 
 
-def _attend(q, k, v, mask, scale: float, causal: bool, return_weights: bool):
-    """softmax(q k^T * scale) v over tiles. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
+def _attend(q, k, v, mask, causal: bool, return_weights: bool):
+    """softmax(q k^T) v over tiles, q already scaled. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
 
     ``mask`` is None or a ``_Mask`` whose batch shape has G elements.
     Returns output (G, n_q, d_v) and weights (G, n_q, n_k) or None.
     """
     with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
-        output, weights = _attend_tiles(q, k, v, mask, scale, causal, return_weights)
+        output, weights = _attend_tiles(q, k, v, mask, causal, return_weights)
     require_finite(output, "value")
     return output, weights
 
 
-def _attend_tiles(q, k, v, mask, scale, causal, return_weights):
+def _attend_tiles(q, k, v, mask, causal, return_weights):
     groups, n_q, _ = q.shape
     n_k, d_v = v.shape[-2:]
-    q = q * scale                                       # fold the scale into Q: n*d_k work, not n*n
     k_t = k.swapaxes(-1, -2)                            # (G, d_k, n_k), a view
     output = np.empty((groups, n_q, d_v), dtype=q.dtype)
     weights = np.empty((groups, n_q, n_k), dtype=q.dtype) if return_weights else None
@@ -216,17 +215,22 @@ def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, *a.shape[-2:])
 
 
-def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True):
-    """Fast path on already-checked arrays with batch shape ``batch``: see ``scaled_dot_product_attention``.
+def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True,
+           q_is_scratch: bool = False):
+    """Fast path on already-checked arrays: see ``scaled_dot_product_attention``.
 
-    Used by the layers, which have validated and projected their inputs already.
+    Used by the layers, which have validated and projected their inputs already; they pass
+    ``q_is_scratch`` when q is their own temporary, which is then scaled in place (no copy).
     """
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     n_q, n_k = q.shape[-2], k.shape[-2]
     wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
-    out, weights = _attend(
-        _flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, scale, causal, return_weights
-    )
+    q = _flatten(q, batch)
+    if q_is_scratch and q.flags.writeable:
+        q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
+    else:
+        q = q * q.dtype.type(scale)
+    out, weights = _attend(q, _flatten(k, batch), _flatten(v, batch), wrapped, causal, return_weights)
     out = out.reshape(*batch, n_q, v.shape[-1])
     if weights is not None:
         weights = weights.reshape(*batch, n_q, n_k)

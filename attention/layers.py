@@ -100,7 +100,8 @@ class SelfAttention:
             return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
                                                 return_weights=return_weights)
         mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
-        return attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal, return_weights=return_weights)
+        return attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal, return_weights=return_weights,
+                      q_is_scratch=True)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""
@@ -111,8 +112,8 @@ class SelfAttention:
 
 @dataclass(frozen=True)
 class _HeadWeights:
-    """Every head's projections (h, d_model, d_k), W_o (d_model, d_model), and the fused
-    (d_model, 3*h*d_k) matrix that computes Q, K and V of all heads in one matmul."""
+    """Every head's projections stacked as one (3, h, d_model, d_k) array (Q, K, V), with
+    w_q, w_k, w_v read-only views into it, and W_o (d_model, d_model)."""
 
     w_q: np.ndarray
     w_k: np.ndarray
@@ -122,14 +123,12 @@ class _HeadWeights:
 
     @classmethod
     def build(cls, w_q: np.ndarray, w_k: np.ndarray, w_v: np.ndarray, w_o: np.ndarray) -> _HeadWeights:
-        """Fuse the heads' projections; w_q, w_k, w_v become read-only views into the fused matrix."""
-        n_heads, d_model, d_k = w_q.shape
-        w_qkv = np.concatenate([w.transpose(1, 0, 2).reshape(d_model, -1) for w in (w_q, w_k, w_v)], axis=1)
-        w_o = np.array(w_o, dtype=np.float64)                       # our own copy: callers keep theirs
+        """Stack the projections; our own read-only copies, so callers keep theirs."""
+        w_qkv = np.stack([w_q, w_k, w_v]).astype(np.float64)          # (3, h, d_model, d_k)
+        w_o = np.array(w_o, dtype=np.float64)
         for w in (w_qkv, w_o):
             w.setflags(write=False)
-        q, k, v = (part.reshape(d_model, n_heads, d_k).transpose(1, 0, 2) for part in np.split(w_qkv, 3, axis=1))
-        return cls(q, k, v, w_o, CastCache(w_qkv=w_qkv, w_o=w_o))
+        return cls(w_qkv[0], w_qkv[1], w_qkv[2], w_o, CastCache(w_qkv=w_qkv, w_o=w_o))
 
     @property
     def nbytes(self) -> int:
@@ -178,14 +177,15 @@ class MultiHeadAttention:
         self._cast = heads.cast
 
     def _project(self, X):
-        """X (..., n, d_model) -> q, k, v each (..., h, n, d_k)."""
+        """X (..., n, d_model) -> q, k, v each (..., h, n, d_k), contiguous views of one new buffer."""
         x = _input(X, "X", self.d_model)
+        lead = x.shape[:-2]
+        w = self._cast.get(x.dtype)["w_qkv"].reshape(3, *(1,) * len(lead), self.n_heads, self.d_model, self.d_k)
         with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later
-            qkv = x @ self._cast.get(x.dtype)["w_qkv"]              # (..., n, 3*h*d_k)
-        qkv = qkv.reshape(*x.shape[:-1], 3, self.n_heads, self.d_k)  # (..., n, 3, h, d_k)
-        lead = tuple(range(x.ndim - 2))
-        qkv = qkv.transpose(*lead, -3, -2, -4, -1)                   # (..., 3, h, n, d_k)
-        return qkv[..., 0, :, :, :], qkv[..., 1, :, :, :], qkv[..., 2, :, :, :]
+            # (1, ..., 1, n, d_model) @ (3, 1.., h, d_model, d_k): every head of Q, K and V in one call, laid
+            # out (3, ..., h, n, d_k) so each of q, k, v is contiguous and needs no copy before attention.
+            qkv = np.matmul(x[None, ..., None, :, :], w)
+        return qkv[0], qkv[1], qkv[2]
 
     def _mix(self, heads: np.ndarray) -> np.ndarray:
         """(..., h, n, d_k) -> concat heads (..., n, h*d_k) -> @ W_o -> (..., n, d_model)."""
@@ -205,7 +205,7 @@ class MultiHeadAttention:
         q, k, v = self._project(X)
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
         heads, weights = attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal,
-                                return_weights=return_weights)
+                                return_weights=return_weights, q_is_scratch=True)
         return self._mix(heads), weights
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
