@@ -49,9 +49,11 @@ import attention
 try:
     import torch
     import torch.nn.functional as F
-except ImportError:  # torch is an optional benchmark extra
+    TORCH_ERROR = ""
+except ImportError as exc:  # torch is an optional benchmark extra
     torch = None
     F = None
+    TORCH_ERROR = str(exc)
 
 try:
     import threadpoolctl
@@ -226,7 +228,7 @@ def print_environment(blas: dict[str, Any]) -> None:
         print("  NOTE: OPENBLAS_CORETYPE is set: numpy may run a slower kernel than this CPU allows. "
               "For a fair benchmark run with `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`.")
     if torch is None:
-        print("torch: not installed (pip install torch==2.13.0): mha and sdpa columns skipped")
+        print(f"torch: not importable ({TORCH_ERROR}; pip install torch==2.13.0): mha and sdpa skipped")
     else:
         print(f"torch {torch.__version__}  intra-op threads {torch.get_num_threads()}  "
               f"mkl {torch.backends.mkl.is_available()}")
@@ -491,7 +493,7 @@ def print_matmul(when: str, gflops: dict[str, float]) -> None:
 
 def fmt(v: float | None, spec: str = "8.2f") -> str:
     """Format a number or a dash."""
-    return format(v, spec) if v is not None else format("-", spec[:-2].split(".")[0] or "1")
+    return format(v, spec) if v is not None else format("-", ">" + (spec[:-1].split(".")[0] or "1"))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
