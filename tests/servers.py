@@ -90,9 +90,10 @@ class Gunicorn:
                                         stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_until_up(f"{self.url}/readyz", self.process, "gunicorn")
-        except RuntimeError as exc:
+        except BaseException as exc:  # whatever happened, never leave the instance running
+            log = self.log()
             self.stop()
-            raise RuntimeError(f"{exc}: {self.log()[-3000:]}") from None
+            raise RuntimeError(f"{exc!r}: {log[-3000:]}") from None
 
     def workers(self) -> list[int]:
         """Pids of the master's children (the workers)."""
@@ -177,7 +178,7 @@ class Nginx:
                                         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
             wait_until_up(f"{self.url}/healthz", self.process, "nginx")
-        except RuntimeError as exc:
+        except BaseException as exc:  # never leave nginx running
             self.stop()
             raise RuntimeError(f"{exc}: {self.error_log()[-3000:]}") from None
 
