@@ -86,6 +86,8 @@ def test_gunicorn_defaults(monkeypatch):
     assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
     assert conf["timeout"] > conf["graceful_timeout"] > 0
     assert conf["max_requests"] >= 1000 and 0 < conf["max_requests_jitter"] < conf["max_requests"]
+    assert conf["preload_app"] is True                # a recycled worker forks from the loaded app
+    assert load_conf(monkeypatch, GUNICORN_PRELOAD="0")["preload_app"] is False
 
 
 def test_gunicorn_settings_follow_the_environment(monkeypatch):

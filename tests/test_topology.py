@@ -255,9 +255,23 @@ def test_each_instance_gets_a_fresh_metrics_directory(monkeypatch, tmp_path):
     conf = runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))
     directory = Path(conf["metrics_dir"])
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(directory) and directory.parent == tmp_path
-    directory.mkdir()
+    assert directory.is_dir()                  # made when the config loads: before a preloaded app imports
     (directory / "counter_12345.db").write_bytes(b"stale")
-    conf["on_starting"](None)
-    assert directory.is_dir() and not list(directory.iterdir())
+    conf = runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))   # the same directory, configured again
+    assert Path(conf["metrics_dir"]) == directory and not list(directory.iterdir())
     conf["on_exit"](None)
     assert not directory.exists()
+
+
+def test_recycled_workers_fork_from_the_preloaded_app_and_keep_counting():
+    body = {"tokens": ["the", "cat", "ate"], "d_model": 8, "n_heads": 4}
+    env = {"GUNICORN_MAX_REQUESTS": "10", "GUNICORN_MAX_REQUESTS_JITTER": "1"}
+    with Gunicorn(env, workers=1) as instance:
+        first = instance.workers()
+        answers = [requests.post(f"{instance.url}/v1/multi-head-attention", json=body, timeout=10)
+                   for _ in range(40)]
+        assert [a.status_code for a in answers] == [200] * 40
+        assert len({a.content for a in answers}) == 1                # every worker computes the same
+        assert instance.workers() != first                           # recycled at least once
+        assert requests_total(instance, "/v1/multi-head-attention") == 40.0   # dead workers' counts kept
+        assert "Booting worker" in instance.log() and "Traceback" not in instance.log()
