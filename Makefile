@@ -33,4 +33,4 @@ bench: setup
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/v2.py
 	$(PY) benchmarks/batch.py
-	$(PY) benchmarks/http.py
+	$(PY) benchmarks/http_load.py

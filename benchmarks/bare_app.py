@@ -1,4 +1,4 @@
-"""The baseline of benchmarks/http.py: a bare Flask endpoint doing only what any JSON endpoint must.
+"""The baseline of benchmarks/http_load.py: a bare Flask endpoint doing only what any JSON endpoint must.
 
 It parses the same JSON body with orjson and returns a fixed JSON body of the answer's shape
 (output (5, 8), weights (4, 5, 5) of 17-digit floats), so the ratio isolates what the real service

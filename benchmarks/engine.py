@@ -41,9 +41,8 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: import from the repo root (attention/), not benchmarks/,
-    _HERE = Path(__file__).resolve().parent  # whose http.py would shadow the stdlib module torch imports
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE.parent)]
+if __package__ in (None, ""):  # run as a script: make the repo root importable (attention/)
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import attention
 

@@ -1,4 +1,4 @@
--- wrk script for benchmarks/http.py: demo-5 sized multi-head attention with fresh random embeddings
+-- wrk script for benchmarks/http_load.py: demo-5 sized multi-head attention with fresh random embeddings
 -- in every request (5x8, 4 heads, causal), and a JSON summary line at the end.
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

@@ -1,7 +1,7 @@
 """HTTP throughput and latency of the real server against a bare Flask endpoint, same gunicorn settings.
 
-Run:  .venv/bin/python benchmarks/http.py                 (about 30 s; needs wrk: apt-get install -y wrk)
-      .venv/bin/python benchmarks/http.py --seconds 5 --clients 1 8 32
+Run:  .venv/bin/python benchmarks/http_load.py                 (about 30 s; needs wrk: apt-get install -y wrk)
+      .venv/bin/python benchmarks/http_load.py --seconds 5 --clients 1 8 32
 
 Both servers run service/gunicorn.conf.py (sync workers, one per core, max_requests with jitter) on
 a free loopback port: the real one serves service.wsgi:app, the baseline benchmarks/bare_app.py (parses
@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: the repo root instead of benchmarks/, where this file,
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)  # http.py, would shadow the stdlib's http
+if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from service.launch import gunicorn
 
