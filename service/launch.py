@@ -63,7 +63,8 @@ def gunicorn(env: Mapping[str, str] | None = None, *, start_timeout: float = 30.
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout
-        while not _healthy(url):
+        workers = int((env or {}).get("WEB_CONCURRENCY", 1))  # at least that many, all forked
+        while not _healthy(url) or len(Server(url, process.pid).worker_pids()) < workers:
             if process.poll() is not None:
                 output.seek(0)
                 raise LaunchError(f"gunicorn exited: {output.read(4000)!r}")

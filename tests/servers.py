@@ -90,10 +90,20 @@ class Gunicorn:
                                         stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_until_up(f"{self.url}/readyz", self.process, "gunicorn")
+            self._wait_for_workers(workers)
         except BaseException as exc:  # whatever happened, never leave the instance running
             log = self.log()
             self.stop()
             raise RuntimeError(f"{exc!r}: {log[-3000:]}") from None
+
+    def _wait_for_workers(self, count: int, timeout: float = 30.0) -> None:
+        """Until all ``count`` workers exist: gunicorn spawns them with a random pause of up to 0.1 s
+        each, so the first can answer /readyz before the last is forked (preload makes this visible)."""
+        deadline = time.monotonic() + timeout
+        while len(self.workers()) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(self.workers())} of {count} workers after {timeout} s")
+            time.sleep(0.05)
 
     def workers(self) -> list[int]:
         """Pids of the master's children (the workers)."""
