@@ -232,3 +232,20 @@ def test_body_over_the_limit_is_413(as_binary):
     body, headers = binary_qkv(query=query) if as_binary else (orjson.dumps(with_input(0, data=query.tolist())), {})
     assert_error(send(client, SDPA, body, headers), 413, "the limit max_body_bytes is 1000")
     assert client.get("/v2/health/ready").status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("get", "/v2/nope", 404), ("get", "/v2/models/multi_head_attention/nope", 404),
+    ("delete", "/v2/models/multi_head_attention/infer", 405), ("post", "/v2/health/live", 405),
+])
+def test_unrouted_v2_paths_answer_in_the_protocol_form(client, method, path, status):
+    response = getattr(client, method)(path)
+    assert response.status_code == status and response.mimetype == "application/json"
+    assert set(response.get_json()) == {"error"}
+    if status == 405:
+        assert "POST" in response.headers["Allow"] or "GET" in response.headers["Allow"]
+
+
+def test_unrouted_v1_paths_stay_problems(client):
+    for response in (client.get("/v1/nope"), client.get("/v2x"), client.post("/v1/limits")):
+        assert response.mimetype == "application/problem+json"

@@ -8,7 +8,7 @@ or parameter. 5xx stay RFC 9457 problems (the documented ``default`` response: a
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
 from service import errors as problems
@@ -16,7 +16,7 @@ from service.jsonio import dumps
 
 V2_NAMES = {"n_heads": "parameter 'num_heads'"}  # v1 field -> its v2 name, where they differ
 INPUTS = ("query", "key", "value", "mask", "embeddings")
-KEPT_STATUSES = (404, 413)  # everything else a client did wrong is 400
+KEPT_STATUSES = (404, 405, 413)  # everything else a client did wrong is 400
 
 
 class ProtocolError(HTTPException):
@@ -56,7 +56,18 @@ def handle_http_exception(error: HTTPException) -> Response:
     """Client errors as protocol errors; server errors as problems (they are bugs)."""
     if error.code is None or error.code >= 500:
         return problems.handle_http_exception(error)
-    return error_response(error.code if error.code in KEPT_STATUSES else 400, message(error))
+    response = error_response(error.code if error.code in KEPT_STATUSES else 400, message(error))
+    if error.code == 405:
+        response.headers["Allow"] = ", ".join(getattr(error, "valid_methods", None) or [])
+    return response
+
+
+def handle_unrouted(error: HTTPException) -> Response:
+    """App-wide: a path under /v2 that matches no route (404), or no method (405), is a protocol error
+    too. Blueprint handlers never see these (no route, so no blueprint); everything else stays a problem."""
+    if request.blueprint is None and (request.path == "/v2" or request.path.startswith("/v2/")):
+        return handle_http_exception(error)
+    return problems.handle_http_exception(error)
 
 
 def handle_attention_error(error: ValueError) -> Response:
@@ -71,3 +82,6 @@ def register(blp: Blueprint) -> None:
 
     blp.register_error_handler(HTTPException, handle_http_exception)
     blp.register_error_handler(AttentionError, handle_attention_error)
+    # Replaces the app's problem handler for HTTPException (registered earlier, by the Api), and
+    # delegates back to it for everything that is not under /v2.
+    blp.app_errorhandler(HTTPException)(handle_unrouted)
