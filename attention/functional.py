@@ -28,8 +28,10 @@ import numpy as np
 from ._checks import as_bool_mask, as_real_array, working_dtype
 from .errors import AttentionError
 
-# Elements in one score tile: 2**17 float64 = 1 MiB, about what one core's L2 holds.
-TILE_ELEMENTS = 1 << 17
+# Bytes in one score tile. Small enough to stay in cache between the score matmul, the softmax
+# passes and weights @ V; large enough that BLAS gets matmuls worth splitting over its threads
+# (measured at (4,1024,512,8) with 2 threads: 4 MiB tiles 10-30% faster than 1 MiB, equal with 1).
+TILE_BYTES = 4 << 20
 
 
 # ---------------------------------------------------------------------------
@@ -119,10 +121,11 @@ class _Mask:
         return full[(*index, rows)]
 
 
-def _tiles(groups: int, n_q: int, n_k: int):
-    """Slices (group range, query range) covering (groups, n_q) in cache-sized tiles."""
-    rows = max(1, min(n_q, TILE_ELEMENTS // max(n_k, 1)))
-    group_step = max(1, TILE_ELEMENTS // (rows * max(n_k, 1)))
+def _tiles(groups: int, n_q: int, n_k: int, itemsize: int):
+    """Slices (group range, query range) covering (groups, n_q) in tiles of about TILE_BYTES."""
+    elements = TILE_BYTES // itemsize
+    rows = max(1, min(n_q, elements // max(n_k, 1)))
+    group_step = max(1, elements // (rows * max(n_k, 1)))
     for g0, q0 in itertools.product(range(0, groups, group_step), range(0, n_q, rows)):
         yield slice(g0, min(g0 + group_step, groups)), slice(q0, min(q0 + rows, n_q))
 
@@ -159,7 +162,7 @@ def _attend_tiles(q, k, v, mask, causal, return_weights):
     weights = np.empty((groups, n_q, n_k), dtype=q.dtype) if return_weights else None
     check_scores = _scores_may_overflow(q, k)
     scratch = None
-    for gs, qs in _tiles(groups, n_q, n_k):
+    for gs, qs in _tiles(groups, n_q, n_k, q.itemsize):
         if weights is not None:
             tile = weights[gs, qs]                      # write scores straight into the result
         else:

@@ -40,7 +40,7 @@ def rng():
 def tile_elements(request, monkeypatch):
     """Run each test once as a single tile and once split into many small tiles."""
     if request.param:
-        monkeypatch.setattr(functional, "TILE_ELEMENTS", request.param)
+        monkeypatch.setattr(functional, "TILE_BYTES", request.param * 8)
     return request.param
 
 
