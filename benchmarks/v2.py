@@ -26,12 +26,12 @@ import http.client
 import os
 import runpy
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")  # as each gunicorn worker: a fair baseline
@@ -43,42 +43,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import attention  # noqa: E402
+from service.launch import gunicorn  # noqa: E402
 
 HEADER = "Inference-Header-Content-Length"
 MODEL = "/v2/models/multi_head_attention/infer"
 
 
+@dataclass(frozen=True)
 class Server:
-    """gunicorn on a free loopback port; a context manager."""
+    """The running gunicorn's port, and one HTTP exchange per call on a new connection."""
 
-    def __init__(self, weight_elements: int) -> None:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.env = {**os.environ, "PORT": str(self.port), "WEB_CONCURRENCY": "1",
-                    "ATTENTION_MAX_WEIGHT_ELEMENTS": str(weight_elements), "GUNICORN_TIMEOUT": "120"}
-
-    def __enter__(self) -> Server:
-        gunicorn = Path(sys.executable).parent / "gunicorn"
-        self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([str(gunicorn), "-c", "service/gunicorn.conf.py", "service.wsgi:app"],
-                                        cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if self.request("GET", "/v2/health/ready")[0] == 200:
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        self.__exit__()
-        raise RuntimeError("gunicorn did not start")
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        self.log.close()
+    port: int
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -155,7 +130,10 @@ def main(argv: list[str] | None = None) -> None:
     def engine_build() -> None:
         attention.MultiHeadAttention(d_model, heads, seed=0)(x, return_weights=True)
 
-    with Server(batch * heads * n * n) as server:
+    env = {"WEB_CONCURRENCY": "1", "ATTENTION_MAX_WEIGHT_ELEMENTS": str(batch * heads * n * n),
+           "GUNICORN_TIMEOUT": "120"}
+    with gunicorn(env) as running:
+        server = Server(urlsplit(running.url).port)
         methods: dict[str, Callable[[], object]] = {
             "engine": engine, "engine+build": engine_build,
             "v1 json": lambda: v1_json(server, x, heads), "v2 json": lambda: v2_json(server, x, heads),
