@@ -50,8 +50,9 @@ def _run(params: Params, call: Callable[[bool], tuple], trace: Callable[[], engi
     """
     extra = {}
     if params["trace"]:
-        extra["trace"] = trace().as_dict()
-        output, weights = extra["trace"]["output"], extra["trace"]["weights"]
+        stages = trace().as_dict()
+        output, weights = stages.pop("output"), stages["weights"]  # the output is the answer's, not the trace's
+        extra["trace"] = stages
     else:
         output, weights = call(params["return_weights"])
     return {"output": output, "weights": weights if params["return_weights"] else None, **extra}
