@@ -95,6 +95,15 @@ def flatten_messages(messages: Any, path: tuple[str | int, ...] = ()) -> Iterato
             yield pointer(*path), str(message)
 
 
+def invalid(messages: Any, root: tuple[str | int, ...] = (), *, query: bool = False) -> ValidationProblem:
+    """422 from marshmallow error messages: one ``{pointer, detail}`` per message (rooted at ``root``),
+    or ``{parameter, detail}`` for a query string."""
+    errors = [{"parameter": where.lstrip("/"), "detail": detail} if query else {"pointer": where, "detail": detail}
+              for where, detail in flatten_messages(messages, root)]
+    summary = "; ".join(f"{error.get('pointer', error.get('parameter'))}: {error['detail']}" for error in errors)
+    return ValidationProblem(f"The request is invalid: {summary}"[:500], errors=errors)
+
+
 def problem_response(status: int, title: str, detail: str, problem_type: str = "about:blank",
                      headers: Mapping[str, str] | None = None, **members: Any) -> Response:
     """An application/problem+json response; members with value None are left out.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Request
 from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError
 
@@ -25,11 +24,11 @@ from service.errors import (
     ProblemError,
     ValidationProblem,
     attention_problem,
-    flatten_messages,
+    invalid,
     pointer,
     problem_body,
 )
-from service.jsonio import OrjsonParser, round_arrays
+from service.jsonio import round_arrays
 from service.limits import Limits
 from service.smorest import BODY_ERRORS, Blueprint
 
@@ -51,24 +50,16 @@ class BatchTooLarge(ProblemError):
                          limit={"name": name, "maximum": maximum, "value": value})
 
 
-class BatchParser(OrjsonParser):
-    """The JSON body, refused with 413 past ``max_batch_items`` before its items are validated."""
-
-    def load_json(self, req: Request, schema: Any) -> Any:
-        body = super().load_json(req, schema)
-        requests = body.get("requests") if isinstance(body, dict) else None
-        maximum = current_limits().max_batch_items
-        if isinstance(requests, list) and len(requests) > maximum:
-            raise BatchTooLarge("max_batch_items", len(requests), maximum)
-        return body
+def _count_items(body: Any) -> None:
+    """413 past ``max_batch_items``, before any item is validated."""
+    requests = body.get("requests") if isinstance(body, dict) else None
+    maximum = current_limits().max_batch_items
+    if isinstance(requests, list) and len(requests) > maximum:
+        raise BatchTooLarge("max_batch_items", len(requests), maximum)
 
 
-class BatchBlueprint(Blueprint):
-    ARGUMENTS_PARSER = BatchParser()
-
-
-blp = BatchBlueprint("batch", __name__, url_prefix="/v1",
-                     description="Many requests in one call, computed vectorised, with a status per item.")
+blp = Blueprint("batch", __name__, url_prefix="/v1",
+                description="Many requests in one call, computed vectorised, with a status per item.")
 
 
 def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any]]:
@@ -92,10 +83,7 @@ def _load(index: int, item: dict[str, Any]) -> tuple[str, batching.Params] | Val
     try:
         return item["op"], REQUESTS[item["op"]].load(item["body"])
     except ValidationError as error:
-        errors = [{"pointer": where, "detail": detail}
-                  for where, detail in flatten_messages(error.messages, ("requests", index, "body"))]
-        summary = "; ".join(f"{e['pointer']}: {e['detail']}" for e in errors)
-        return ValidationProblem(f"The request is invalid: {summary}"[:500], errors=errors)
+        return invalid(error.messages, ("requests", index, "body"))
 
 
 def _rooted(index: int, error: Exception) -> HTTPException:
@@ -129,7 +117,7 @@ with metrics.unrecorded():  # the documented answer is computed at import: nobod
 
 
 @blp.route("/batch", methods=["POST"])
-@blp.arguments(BatchRequest, example=EXAMPLE)
+@blp.arguments(BatchRequest, example=EXAMPLE, precheck=_count_items)
 @blp.response(200, BatchResponse, example=EXAMPLE_ANSWER)
 @blp.documents(*BODY_ERRORS)
 def batch(envelope: dict[str, Any]) -> dict[str, Any]:
