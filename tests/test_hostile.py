@@ -158,6 +158,22 @@ def test_a_slow_client_is_answered_once_its_body_arrives(server):
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
 
 
+@pytest.mark.parametrize("path", ["/v1/attention", "/v2/models/scaled_dot_product_attention/infer"])
+def test_a_body_shorter_than_its_content_length_is_400(server, path):
+    """The client promises 1000 bytes, sends 50 and stops sending: a 400 naming both sizes, not a hang."""
+    body = b'{"query": [[1.0]], "key": [[1.0]], "value": [[2.0]]'
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 1000\r\n\r\n".encode() + body)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert f"after {len(body)} of its 1000 bytes".encode() in payload, payload
+
+
 @pytest.mark.skipif(not nginx_available(), reason="nginx not installed")
 def test_slow_clients_through_nginx_never_hold_a_worker(server):
     """More slowloris connections than workers, trickling for ~3 s: nginx buffers them, and normal
