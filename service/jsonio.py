@@ -22,7 +22,7 @@ from service.errors import MalformedJSON, ValidationProblem, invalid
 OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 CHUNK = 64 * 1024
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+_NOT_STRUCTURAL = bytes(c for c in range(256) if c not in b'[]{}"')
 
 
 def _default(obj: Any) -> Any:
@@ -59,14 +59,19 @@ class OrjsonProvider(JSONProvider):
 def json_depth(body: bytes) -> int:
     """Maximum nesting depth of arrays/objects in a JSON text, ignoring brackets inside strings.
 
-    Vectorised (regex + bytes.translate + numpy): ~20 ms for 10 MB, and no recursion.
+    Vectorised, no recursion: only brackets and quotes are kept (``bytes.translate``); without a
+    backslash in the body every quote opens or closes a string, so the parity of a running count of
+    quotes says which brackets are inside one. With escapes, strings are blanked out by a regex first.
+    ~7 ms for 19 MB of numbers; ~25 us for a 10 KB batch of small items (the regex alone: ~240 us).
     """
-    brackets = _STRING.sub(b'""', body).translate(None, _NOT_BRACKET)
-    if not brackets:
-        return 0
-    codes = np.frombuffer(brackets, np.uint8)
-    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
-    return int(np.cumsum(steps).max())
+    if b"\\" in body:  # an escaped quote neither opens nor closes a string
+        body = _STRING.sub(b'""', body)
+    kept = np.frombuffer(body.translate(None, _NOT_STRUCTURAL), np.uint8)  # [ ] { } " in order
+    outside = (np.cumsum(kept == ord('"')) & 1) == 0                        # a closing quote is outside
+    opens = (kept == ord("[")) | (kept == ord("{"))
+    closes = (kept == ord("]")) | (kept == ord("}"))
+    steps = (opens.astype(np.int64) - closes) * outside
+    return int(np.cumsum(steps).max(initial=0))
 
 
 def check_depth(body: bytes, limits: Any) -> None:
