@@ -67,7 +67,7 @@ class BatchItem(Schema):
 class BatchRequest(Schema):
     """Up to ``max_batch_items`` requests (GET /v1/limits), answered in the same order."""
 
-    requests = fields.List(fields.Nested(BatchItem), required=True, validate=validate.Length(min=1))
+    requests = fields.Nested(BatchItem, many=True, required=True, validate=validate.Length(min=1))
 
     @validates_schema
     def _unique_ids(self, data: dict[str, Any], **kwargs: Any) -> None:
