@@ -90,7 +90,8 @@ def prepare(op: str, params: Params, limits: Limits) -> Job:
         # Tokens are embedded and checked per item; the positional encoding and the cast are left to
         # the compute function, so a group adds and casts once (elementwise: the same numbers).
         x = compute.sentence({**params, "positional_encoding": False, "dtype": "float64"}, limits)  # (B?, n, d)
-        params = {**{k: v for k, v in params.items() if k != "tokens"}, "embeddings": x}
+        params = {**params, "embeddings": x}
+        params.pop("tokens", None)
     if op not in STACKED or params.get("trace"):
         return Job(op, params)
     names = STACKED[op]
@@ -143,11 +144,14 @@ def _take(result: Any, i: int) -> Any:
     return result[i] if isinstance(result, np.ndarray) else result
 
 
+_PLAIN = frozenset({bool, int, str, type(None)})  # hashable, and equal only when the same value
+
+
 def _frozen(value: Any) -> Hashable:
     """A hashable stand-in equal for equal values: arrays by shape, dtype and a hash of their bytes;
     floats by their exact bits (so 0.0 and -0.0 differ)."""
-    if isinstance(value, dict):
-        return tuple(sorted((key, _frozen(sub)) for key, sub in value.items()))
+    if isinstance(value, dict):  # most options are plain: no call for them
+        return tuple(sorted((key, sub if type(sub) in _PLAIN else _frozen(sub)) for key, sub in value.items()))
     if isinstance(value, list | tuple):
         return tuple(_frozen(sub) for sub in value)
     if isinstance(value, np.ndarray):
