@@ -116,10 +116,13 @@ class Blueprint(flask_smorest.Blueprint):
 
         return wrap
 
-    def response(self, status_code: int, schema: Schema | type[Schema] | None = None, **kwargs: Any) -> Callable:
+    def response(self, status_code: int, schema: Schema | type[Schema] | None = None, *, dump: bool = True,
+                 **kwargs: Any) -> Callable:
         """The view's result dumped by ``schema`` and written as JSON with ``status_code``; a view may
-        also return ``(result, status)`` or a ready Response."""
-        dumper = resolve_schema_instance(schema) if schema is not None else None
+        also return ``(result, status)`` or a ready Response. ``dump=False``: the schema only documents
+        the answer, the result is written as it is (for results that already have exactly its shape,
+        as a test checks for the compute endpoints: dumping them only copied dicts)."""
+        dumper = resolve_schema_instance(schema) if schema is not None and dump else None
         documenting = super().response(status_code, schema, **kwargs)
 
         def wrap(func: Callable) -> Callable:

@@ -6,6 +6,11 @@ import numpy as np
 import pytest
 from conftest import assert_problem
 
+from schemas.batch import OPS
+from service import compute
+from service.api import examples
+from service.limits import Limits
+
 SENTENCE = ["the", "cat", "ate", "food", "it"]
 
 
@@ -135,3 +140,36 @@ def test_encoder_trace_shows_every_layer_stage(client):
 def test_encoder_trace_type_is_checked(client):
     response = client.post("/v1/encoder", json={"tokens": ["cat"], "n_heads": 1, "trace": "yes"})
     assert_problem(response, 422, "/trace")
+
+
+def _same_shape(dumped, result, where="") -> None:
+    """``dumped`` (the schema's dump of ``result``) has the same keys and items at every level, and
+    the very same arrays: the schema would drop or change nothing."""
+    if isinstance(result, dict):
+        assert isinstance(dumped, dict) and dumped.keys() == result.keys(), (where, dumped.keys(), result.keys())
+        for key in result:
+            _same_shape(dumped[key], result[key], f"{where}/{key}")
+    elif isinstance(result, list):
+        assert isinstance(dumped, list) and len(dumped) == len(result), where
+        for i, (d, r) in enumerate(zip(dumped, result, strict=True)):
+            _same_shape(d, r, f"{where}/{i}")
+    else:
+        assert dumped is result, where
+
+
+ATTENTION_VARIANTS = [{}, {"trace": True}, {"return_weights": False}, {"trace": True, "return_weights": False},
+                      {"causal": True, "trace": True}]
+
+
+@pytest.mark.parametrize(("op", "variant"), [
+    *[(op, variant) for op in ("attention", "self-attention", "multi-head-attention", "encoder")
+      for variant in ATTENTION_VARIANTS],
+    ("embed", {}), ("positional-encoding", {}),
+])
+def test_results_have_exactly_their_response_schemas_shape(op, variant):
+    """The compute endpoints and batch items write their results without a dump through the response
+    schema (it only copied them): so no result may hold anything the schema would drop or change."""
+    request, response = OPS[op]
+    params = request().load({**examples.request(op), **variant})
+    result = compute.ENDPOINTS[op].compute(params, Limits())
+    _same_shape(response().dump(result), result)

@@ -54,7 +54,7 @@ def compute_route(blp: Blueprint, path: str, name: str, response: type[Schema], 
     location = "json" if method == "POST" else "query"
     errors = BODY_ERRORS if method == "POST" else (422,)
     view = blp.documents(*errors)(view)
-    view = blp.response(200, response, example=examples.response(name))(view)
+    view = blp.response(200, response, dump=False, example=examples.response(name))(view)
     request_example = {"example": examples.request(name)} if location == "json" else {}
     view = blp.arguments(endpoint.schema(), location=location, **request_example)(view)
     if svg:
