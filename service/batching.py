@@ -5,7 +5,9 @@ computed by the very compute function their single endpoint uses (the engine tak
 axes everywhere; masks broadcast over them), and split back along that axis. No Flask here.
 
 Group key: the op, the shape and dtype of every stacked array *including the mask* (an item with a
-mask never shares a group with one without, so no all-true mask is ever invented), and every other
+mask never shares a group with one without, so no all-true mask is ever invented) or, for an item
+given as tokens, their number and d_model (a group embeds all its items' words in one gather; an
+item with an unknown word is computed alone, to name it), and every other
 param of the validated request (seed, n_heads, causal, scale, dtype, return_weights, explicit
 weights by a hash of their bytes, ...). Only the params named in ``STACKED`` and ``NOT_IN_KEY`` are
 left out, so an option added to a schema later can only split groups, never mix them.
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+import attention as engine
 from service import compute
 from service.limits import Limits
 
@@ -45,10 +48,9 @@ STACKED: dict[str, tuple[str, ...]] = {
     "encoder": ("embeddings",),
 }
 # Not options: the mask is stacked; decimals only rounds each item's answer; tokens and d_model
-# are folded into the embeddings (and their shape) before grouping.
+# are in the key as the shape of the embeddings they become.
 NOT_IN_KEY = frozenset({"mask", "decimals", "tokens", "d_model"})
 PER_HEAD_MASK = frozenset({"multi-head-attention", "encoder"})  # may take (..., h, n, n) masks
-SENTENCE_OPS = frozenset({"self-attention", "multi-head-attention", "encoder"})
 
 
 @dataclasses.dataclass
@@ -84,26 +86,27 @@ def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Except
 
 
 def prepare(op: str, params: Params, limits: Limits) -> Job:
-    """The item made stackable: tokens become ``embeddings`` (raising as the single endpoint would),
-    arrays aligned, key computed."""
-    if op in SENTENCE_OPS:
-        # Tokens are embedded and checked per item; the positional encoding and the cast are left to
-        # the compute function, so a group adds and casts once (elementwise: the same numbers).
-        x = compute.sentence({**params, "positional_encoding": False, "dtype": "float64"}, limits)  # (B?, n, d)
-        params = {**params, "embeddings": x}
-        params.pop("tokens", None)
+    """The item made stackable: arrays aligned, key computed. Tokens are checked against the limits
+    here (raising as the single endpoint would) and embedded later with their whole group."""
     if op not in STACKED or params.get("trace"):
         return Job(op, params)
-    names = STACKED[op]
-    rank = max(params[name].ndim for name in names)  # batch axes + 2
-    stacked = {name: _lead(params[name], rank) for name in names}
+    if "tokens" in params:
+        compute.check_tokens(params, limits)
+        if not all(word in engine.EMBEDDINGS for word in params["tokens"]):
+            return Job(op, params)  # alone: its own compute names the unknown words
+        rank, arrays = 2, {}
+        words = (len(params["tokens"]), params.get("d_model", 4))  # the shape of its embeddings
+    else:
+        rank = max(params[name].ndim for name in STACKED[op])  # batch axes + 2
+        arrays = {name: _lead(params[name], rank) for name in STACKED[op]}
+        words = None
     mask = params.get("mask")
     if mask is not None:
         per_head = op in PER_HEAD_MASK and mask.ndim == rank + 1  # (..., h, n, n): see MultiHeadAttention
-        stacked["mask"] = _lead(mask, rank + per_head)
-    options = {name: value for name, value in params.items() if name not in NOT_IN_KEY and name not in names}
-    shapes = tuple((name, array.shape, array.dtype.str) for name, array in stacked.items())
-    return Job(op, params, stacked, (op, shapes, _frozen(options)))
+        arrays["mask"] = _lead(mask, rank + per_head)
+    options = {name: value for name, value in params.items() if name not in NOT_IN_KEY and name not in arrays}
+    shapes = tuple((name, array.shape, array.dtype.str) for name, array in arrays.items())
+    return Job(op, params, arrays, (op, words, shapes, _frozen(options)))
 
 
 def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
@@ -112,6 +115,10 @@ def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
         first = jobs[0]
         merged = {**first.params, **{name: np.stack([job.stacked[name] for job in jobs])
                                      for name in first.stacked}}  # (G, ...)
+        if "tokens" in merged:  # every item's words in one gather: (G * n, d_model) -> (G, n, d_model)
+            embedded = engine.embed([word for job in jobs for word in job.params["tokens"]], merged.get("d_model"))
+            merged["embeddings"] = embedded.reshape(len(jobs), -1, embedded.shape[-1])
+            del merged["tokens"]
         # Each item was within max_weight_elements iff the stack is within G times it (same shapes).
         group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs))
         try:

@@ -88,11 +88,16 @@ def _tokens(tokens: list[str], d_model: int | None) -> np.ndarray:
                                 problem_type=UNKNOWN_TOKEN, errors=errors, known=exc.known) from None
 
 
+def check_tokens(params: Params, limits: Limits) -> None:
+    """The sentence's length and width limits, before its tokens are embedded."""
+    limits.check("max_sequence_length", len(params["tokens"]), pointer=pointer("tokens"))
+    limits.check("max_d_model", params.get("d_model", 4), pointer=pointer("d_model"))
+
+
 def sentence(params: Params, limits: Limits) -> np.ndarray:
     """The input X (B?, n, d_model) from ``embeddings`` or ``tokens``, plus positional encoding, cast."""
     if "tokens" in params:
-        limits.check("max_sequence_length", len(params["tokens"]), pointer=pointer("tokens"))
-        limits.check("max_d_model", params.get("d_model", 4), pointer=pointer("d_model"))
+        check_tokens(params, limits)
         x, where = _tokens(params["tokens"], params.get("d_model")), "tokens"
     else:
         x, where = params["embeddings"], "embeddings"

@@ -8,7 +8,7 @@ import pytest
 from attention import AttentionError
 from schemas.batch import OPS
 from service import batching, compute
-from service.errors import LimitExceeded
+from service.errors import LimitExceeded, ValidationProblem
 from service.limits import Limits
 
 
@@ -59,3 +59,23 @@ def test_keys_tell_apart_what_compares_equal():
     assert key(scale=0.0) != key(scale=-0.0)
     assert key(mask=[True]) != key() != key(trace=True) is None
     assert key(decimals=3) == key()
+
+
+def test_token_items_are_embedded_as_one_group_and_an_unknown_word_fails_alone(monkeypatch):
+    words = ["the", "cat", "ate", "food", "it"]
+    items = [load("multi-head-attention", {"tokens": words[i:] + words[:i], "d_model": 8, "n_heads": 4,
+                                           "positional_encoding": True}) for i in range(4)]
+    typo = load("multi-head-attention", {"tokens": ["the", "dgo", "ate", "food", "it"], "d_model": 8, "n_heads": 4,
+                                         "positional_encoding": True})
+    calls = []
+    endpoint = compute.ENDPOINTS["multi-head-attention"]
+    monkeypatch.setitem(compute.ENDPOINTS, "multi-head-attention",
+                        endpoint._replace(compute=lambda params, limits: calls.append(params) or
+                                          endpoint.compute(params, limits)))
+    results = batching.run([items[0], typo, *items[1:]], Limits())
+    assert [len(params.get("embeddings", ())) for params in calls] == [4, 0]  # one stacked call, the typo alone
+    assert isinstance(results[1], ValidationProblem) and "dgo" in results[1].description
+    for result, (_, params) in zip([results[0], *results[2:]], items, strict=True):
+        alone = endpoint.compute(params, Limits())
+        np.testing.assert_array_equal(result["output"], alone["output"])
+        np.testing.assert_array_equal(result["weights"], alone["weights"])
