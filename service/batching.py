@@ -47,9 +47,10 @@ STACKED: dict[str, tuple[str, ...]] = {
     "multi-head-attention": ("embeddings",),
     "encoder": ("embeddings",),
 }
-# Not options: the mask is stacked; decimals only rounds each item's answer; tokens and d_model
-# are in the key as the shape of the embeddings they become.
-NOT_IN_KEY = frozenset({"mask", "decimals", "tokens", "d_model"})
+# Not options: the mask is stacked; decimals only rounds each item's answer; tokens are in the key
+# as the shape of the embeddings they become. (d_model stays an option: with embeddings it must
+# equal their width, which the group's call checks only for its first item.)
+NOT_IN_KEY = frozenset({"mask", "decimals", "tokens"})
 PER_HEAD_MASK = frozenset({"multi-head-attention", "encoder"})  # may take (..., h, n, n) masks
 
 
@@ -113,21 +114,26 @@ def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
     """Results of jobs sharing a key: stacked in one compute call, or one by one."""
     if len(jobs) > 1:
         first = jobs[0]
-        merged = {**first.params, **{name: np.stack([job.stacked[name] for job in jobs])
-                                     for name in first.stacked}}  # (G, ...)
-        if "tokens" in merged:  # every item's words in one gather: (G * n, d_model) -> (G, n, d_model)
-            embedded = engine.embed([word for job in jobs for word in job.params["tokens"]], merged.get("d_model"))
-            merged["embeddings"] = embedded.reshape(len(jobs), -1, embedded.shape[-1])
-            del merged["tokens"]
         # Each item was within max_weight_elements iff the stack is within G times it (same shapes).
         group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs))
         try:
-            result = compute.ENDPOINTS[first.op].compute(merged, group_limits)
+            result = compute.ENDPOINTS[first.op].compute(_merge(jobs), group_limits)
         except Exception:
             pass
         else:
             return [_take(result, i) for i in range(len(jobs))]
     return [_alone(job, limits) for job in jobs]
+
+
+def _merge(jobs: list[Job]) -> Params:
+    """The params of one call for the whole group: its arrays stacked on a new leading axis (G, ...),
+    and the items' tokens embedded in one gather, (G * n, d_model) -> (G, n, d_model)."""
+    merged = {**jobs[0].params, **{name: np.stack([job.stacked[name] for job in jobs]) for name in jobs[0].stacked}}
+    if "tokens" in merged:
+        embedded = engine.embed([word for job in jobs for word in job.params["tokens"]], merged.get("d_model"))
+        merged["embeddings"] = embedded.reshape(len(jobs), -1, embedded.shape[-1])
+        del merged["tokens"]
+    return merged
 
 
 def _alone(job: Job, limits: Limits) -> Result | Exception:

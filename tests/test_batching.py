@@ -79,3 +79,16 @@ def test_token_items_are_embedded_as_one_group_and_an_unknown_word_fails_alone(m
         alone = endpoint.compute(params, Limits())
         np.testing.assert_array_equal(result["output"], alone["output"])
         np.testing.assert_array_equal(result["weights"], alone["weights"])
+
+
+@pytest.mark.parametrize("op", ["self-attention", "multi-head-attention", "encoder"])
+def test_a_d_model_that_differs_from_the_embeddings_fails_its_item_in_any_order(op):
+    """d_model must be part of the group key: the group's call checks it against the embeddings for
+    its first item only, so a mismatching item grouped behind a good one would have answered 200."""
+    body = {"embeddings": [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]], "n_heads": 2, "n_layers": 1}
+    body = {key: value for key, value in body.items() if key in OPS[op][0]().fields}
+    good, bad = load(op, body), load(op, {**body, "d_model": 8})
+    for items, bad_at in (([good, bad], 1), ([bad, good], 0)):
+        results = batching.run(items, Limits())
+        assert isinstance(results[bad_at], ValidationProblem), results[bad_at]
+        assert not isinstance(results[1 - bad_at], Exception)
