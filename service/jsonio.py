@@ -6,7 +6,6 @@ several times faster, and serialises numpy arrays natively (no ``.tolist()``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,6 @@ from service.errors import MalformedJSON, ValidationProblem, invalid
 
 OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 CHUNK = 64 * 1024
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _NOT_STRUCTURAL = bytes(c for c in range(256) if c not in b'[]{}"')
 
 
@@ -59,26 +57,27 @@ class OrjsonProvider(JSONProvider):
 def json_depth(body: bytes) -> int:
     """Maximum nesting depth of arrays/objects in a JSON text, ignoring brackets inside strings.
 
-    Vectorised, no recursion: only brackets and quotes are kept (``bytes.translate``); without a
-    backslash in the body every quote opens or closes a string, so the parity of a running count of
-    quotes says which brackets are inside one. With escapes, strings are blanked out by a regex first.
-    ~7 ms for 19 MB of numbers; ~25 us for a 10 KB batch of small items (the regex alone: ~240 us).
+    Linear and vectorised, no recursion: escaped backslashes and escaped quotes are removed first
+    (left to right, as JSON reads them), so every remaining quote opens or closes a string; then only
+    brackets and quotes are kept (``bytes.translate``) and the parity of a running count of quotes
+    says which brackets are inside a string. ~7 ms for 19 MB of numbers, ~25 us for a 10 KB batch.
+    (A regex blanking out strings was quadratic on an unterminated string of escaped quotes.)
     """
-    if b"\\" in body:  # an escaped quote neither opens nor closes a string
-        body = _STRING.sub(b'""', body)
+    if b"\\" in body:
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
     kept = np.frombuffer(body.translate(None, _NOT_STRUCTURAL), np.uint8)  # [ ] { } " in order
-    outside = (np.cumsum(kept == ord('"')) & 1) == 0                        # a closing quote is outside
+    outside = (np.cumsum(kept == ord('"'), dtype=np.int32) & 1) == 0        # a closing quote is outside
     opens = (kept == ord("[")) | (kept == ord("{"))
     closes = (kept == ord("]")) | (kept == ord("}"))
-    steps = (opens.astype(np.int64) - closes) * outside
-    return int(np.cumsum(steps).max(initial=0))
+    steps = (opens.astype(np.int32) - closes) * outside                      # int32: a body is < 2 GiB
+    return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
 
 
 def check_depth(body: bytes, limits: Any) -> None:
     """422 when the JSON nesting of ``body`` is past ``max_json_depth``.
 
     The depth is at most the number of ``[`` and ``{`` bytes (two C-speed counts), so a body with
-    no more of them than the limit, like every small request, skips the ~40 µs scan.
+    no more of them than the limit, like every small request, skips the scan.
     """
     if body.count(b"[") + body.count(b"{") > limits.max_json_depth:
         limits.check("max_json_depth", json_depth(body), pointer="")
@@ -127,7 +126,7 @@ def is_json(mimetype: str) -> bool:
 def load_json_body(request: Request) -> Any:
     """Check content type, size and depth of the body, then parse it with orjson.
 
-    Raises 415 (not JSON), 413 (too large), 422 (too deep), 400 (malformed).
+    Raises 415 (not JSON), 413 (too large), 422 (too deep), 400 (malformed, or shorter than its Content-Length).
     """
     if not is_json(request.mimetype):
         raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
