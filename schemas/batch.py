@@ -7,7 +7,7 @@ own item. The body is documented as any of those endpoints' schemas.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
@@ -55,6 +55,8 @@ class AnyOfSchemas(fields.Raw):
 class BatchItem(Schema):
     """One request: the ``op`` names the v1 endpoint, ``body`` is what that endpoint takes."""
 
+    error_messages: ClassVar[dict[str, str]] = {"type": "Not an object: each request is {id, op, body}."}
+
     id = fields.String(required=True, validate=validate.Length(1, 200), metadata={
         "description": "Your name for the item, unique in the batch; its response carries it back."})
     op = fields.String(required=True, validate=validate.OneOf(list(OPS)), metadata={
@@ -67,7 +69,8 @@ class BatchItem(Schema):
 class BatchRequest(Schema):
     """Up to ``max_batch_items`` requests (GET /v1/limits), answered in the same order."""
 
-    requests = fields.Nested(BatchItem, many=True, required=True, validate=validate.Length(min=1))
+    requests = fields.Nested(BatchItem, many=True, required=True, validate=validate.Length(min=1),
+                             error_messages={"type": "Not a valid list."})
 
     @validates_schema
     def _unique_ids(self, data: dict[str, Any], **kwargs: Any) -> None:

@@ -26,7 +26,7 @@ from service.errors import PROBLEM_JSON, register_error_handlers
 from service.jsonio import parse_request
 
 ERROR_RESPONSES = {
-    400: ("MalformedJSON", "The body is not valid JSON."),
+    400: ("MalformedJSON", "The body is not valid JSON, or it ended before its Content-Length."),
     404: ("NotFound", "No such resource."),
     405: ("MethodNotAllowed", "The path exists but not with this method (see the Allow header)."),
     413: ("ContentTooLarge", "The body is larger than max_body_bytes (see GET /v1/limits)."),
@@ -98,11 +98,16 @@ class Blueprint(flask_smorest.Blueprint):
     """
 
     def arguments(self, schema: Schema | type[Schema], *, location: str = "json", as_kwargs: bool = False,
-                  precheck: Callable[[Any], None] | None = None, **kwargs: Any) -> Callable:
-        """The request's ``location`` (json, query) loaded by ``schema`` and passed to the view
-        (positionally, or as keyword arguments with ``as_kwargs``); see :func:`parse_request`."""
+                  precheck: Callable[[Any], None] | None = None, **doc: Any) -> Callable:
+        """The request's ``location`` (json or query) loaded by ``schema`` and passed to the view
+        (positionally, or as keyword arguments with ``as_kwargs``); see :func:`parse_request`.
+        ``doc``: what flask-smorest documents (example, examples, description, required)."""
+        if location not in ("json", "query"):
+            raise ValueError(f"location {location!r}: only 'json' and 'query' are parsed here")
+        if unknown := set(doc) - {"example", "examples", "description", "required"}:
+            raise TypeError(f"not documented nor applied here: {sorted(unknown)}")
         schema = resolve_schema_instance(schema)  # one instance, reused by every request
-        documenting = super().arguments(schema, location=location, as_kwargs=as_kwargs, **kwargs)
+        documenting = super().arguments(schema, location=location, as_kwargs=as_kwargs, **doc)
 
         def wrap(func: Callable) -> Callable:
             @wraps(func)

@@ -117,6 +117,17 @@ def test_envelope_errors_are_422_for_the_whole_batch(client, body, pointers):
     assert_problem(client.post("/v1/batch", json=body), 422, *pointers)
 
 
+@pytest.mark.parametrize(("requests_", "where", "detail"), [
+    ("x", "/requests", "Not a valid list."),
+    ({"id": "a"}, "/requests", "Not a valid list."),
+    ([None], "/requests/0", "Not an object: each request is {id, op, body}."),
+    ([{"id": "a", "op": "embed", "body": {}}, 3], "/requests/1", "Not an object: each request is {id, op, body}."),
+])
+def test_envelope_errors_say_what_was_expected(client, requests_, where, detail):
+    problem = assert_problem(client.post("/v1/batch", json={"requests": requests_}), 422, where)
+    assert problem["errors"] == [{"pointer": where, "detail": detail}]
+
+
 def test_body_errors_are_the_usual_400_415_413():
     client = create_app({"TESTING": True, "LIMITS": Limits(max_body_bytes=100)}).test_client()
     assert_problem(client.post("/v1/batch", data=b"{", content_type="application/json"), 400)
