@@ -9,9 +9,10 @@ every connection anyway, so each single request pays a TCP handshake, as real cl
   demo-5    64 single POST /v1/multi-head-attention of the seed's demo 5 (5 tokens, d_model 8, 4 heads,
             causal, positional encoding) vs the same 64 items in one POST /v1/batch. Target: >= 15x items/s.
   n128      256 items of (n=128 tokens, d_model=64, h=4), return_weights false, singles vs one batch.
-Medians over ``--repeats`` repetitions (the machine is shared and noisy); before timing, every batch
-answer is checked equal to its single answer. Peak worker memory is the worker's VmHWM (/proc) at the
-end, and its RSS after start-up for scale. This is a benchmark, not a test: nothing asserts timings.
+Medians over ``--repeats`` rounds, singles and batch alternating (the machine is shared and noisy, so
+drift hits both alike); before timing, every batch answer is checked equal to its single answer. Peak
+worker memory is the worker's VmHWM (/proc) at the end, and its RSS after start-up for scale. This is a
+benchmark, not a test: nothing asserts timings.
 """
 
 from __future__ import annotations
@@ -70,21 +71,20 @@ def batch(session: requests.Session, url: str, bodies: list[dict[str, Any]]) -> 
     return [answer["body"] for answer in answers]
 
 
-def median_seconds(run: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed(run: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
 def compare(name: str, server: Server, bodies: list[dict[str, Any]], repeats: int) -> float:
-    """Check batch == singles, then time both; print items/s and the ratio; return the ratio."""
+    """Check batch == singles, then time both, alternating round by round (so drift on this shared
+    machine hits both alike); print medians, items/s and the ratio; return the ratio."""
     with requests.Session() as session:
         assert batch(session, server.url, bodies) == singles(session, server.url, bodies), f"{name}: answers differ"
-        single_s = median_seconds(lambda: singles(session, server.url, bodies), repeats)
-        batch_s = median_seconds(lambda: batch(session, server.url, bodies), repeats)
+        rounds = [(timed(lambda: singles(session, server.url, bodies)),
+                   timed(lambda: batch(session, server.url, bodies))) for _ in range(repeats)]
+    single_s, batch_s = (statistics.median(times) for times in zip(*rounds, strict=True))
     count = len(bodies)
     ratio = single_s / batch_s
     print(f"{name:8} {count:4} items   singles {single_s * 1e3:8.1f} ms ({count / single_s:8.0f} items/s)   "
@@ -100,7 +100,7 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per case (median reported)")
+    parser.add_argument("--repeats", type=int, default=9, help="timed rounds per case (medians reported)")
     args = parser.parse_args()
     with gunicorn({"WEB_CONCURRENCY": "1", "GUNICORN_MAX_REQUESTS": "1000000"}) as server:
         [worker] = server.worker_pids()
