@@ -171,7 +171,7 @@ def test_both_data_and_binary_data_size(client):
     assert_still_healthy(client)
 
 
-@pytest.mark.parametrize("value", ["x", "-1", "1e3", "999999"])
+@pytest.mark.parametrize("value", ["x", "-1", "1e3", "999999", "\u00b2", "0" * 4999 + "1"])
 def test_bad_header_length(client, value):
     body, _ = binary_qkv()
     assert_error(send(client, SDPA, body, {HEADER: value}), 400, "Inference-Header-Content-Length must be")

@@ -131,7 +131,9 @@ def parse_header(body: bytes, header_length: str | None) -> tuple[bytes, memoryv
     """Split the body into the JSON header and the binary part (``header_length``: the HTTP header)."""
     if header_length is None:
         return body, memoryview(b"")
-    if not header_length.isdigit() or int(header_length) > len(body):
+    # ASCII digits, not too many: str.isdigit() takes "²" and int() does not, nor more than 4300 digits.
+    digits = header_length.isascii() and header_length.isdigit() and len(header_length) <= 15
+    if not digits or int(header_length) > len(body):
         raise ProtocolError(f"Inference-Header-Content-Length must be an integer from 0 to the body's "
                             f"{len(body)} bytes, got {header_length!r}.")
     split = int(header_length)
