@@ -180,5 +180,16 @@ def round_arrays(result: Any, decimals: int | None) -> Any:
     if isinstance(result, list):
         return [round_arrays(value, decimals) for value in result]
     if isinstance(result, np.ndarray | float | np.floating) and np.asarray(result).dtype.kind == "f":
-        return np.round(result, decimals)
+        return _round(result, decimals)
     return result
+
+
+def _round(values: Any, decimals: int) -> Any:
+    """``np.round``, except where it overflows (it scales by 10**decimals): a number that large has no
+    digits past the point to drop, so it stays as it is instead of becoming inf or NaN (JSON null)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.round(values, decimals)
+    overflowed = ~np.isfinite(rounded) & np.isfinite(values)
+    if not overflowed.any():
+        return rounded
+    return np.where(overflowed, values, rounded)[()]  # [()]: a scalar stays a scalar

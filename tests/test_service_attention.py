@@ -55,6 +55,16 @@ def test_attention_options_decimals_float32_no_weights(client):
     assert repr(value) == str(np.float32(value)) != repr(float(np.float32(value)))  # float32's shortest digits
 
 
+@pytest.mark.parametrize(("dtype", "big"), [("float64", 1e300), ("float32", 1e30), ("float32", 3e38)])
+def test_decimals_never_turn_a_large_finite_number_into_null(client, dtype, big):
+    """np.round scales by 10**decimals: a value that large overflowed to inf and was written as null."""
+    request = {"query": [[0.0, 0.0]], "key": [[0.0, 0.0]], "value": [[big, 1.0]], "dtype": dtype, "decimals": 15,
+               "trace": True}
+    body = client.post("/v1/attention", json=request).get_json()
+    assert body["output"] == [[pytest.approx(big, rel=1e-6), 1.0]]
+    assert None not in body["trace"]["masked_scores"][0]
+
+
 def test_attention_causal_and_fully_masked_row(client):
     x = [[1.0], [2.0], [3.0]]
     body = client.post("/v1/attention", json={"query": x, "key": x, "value": x, "causal": True}).get_json()
