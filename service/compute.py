@@ -68,8 +68,10 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     for name, array in (("query", q), ("key", k), ("value", v)):
         limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
         limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
-    elements = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None) * q.shape[-2] * k.shape[-2]
+    batch = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None)
+    elements = batch * q.shape[-2] * k.shape[-2]
     limits.check("max_weight_elements", elements, pointer=pointer("query"))
+    limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("value"))
     metrics.count_elements(elements)
     options = {"scale": params["scale"], "causal": params["causal"]}
     return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,

@@ -31,6 +31,7 @@ class Limits:
     max_heads: int = 16
     max_layers: int = 6
     max_weight_elements: int = 2**20
+    max_output_elements: int = 2**21
     max_json_depth: int = 32
     max_heatmap_cells: int = 16384
     max_batch_items: int = 256
@@ -72,6 +73,9 @@ DESCRIPTIONS = {
     "max_heads": "Attention heads.",
     "max_layers": "Encoder layers.",
     "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder).",
+    "max_output_elements": "Numbers in the output of scaled dot-product attention, B * n_q * d_v: a batch of "
+                           "queries over one shared key and value asks for far more than its body holds. (The "
+                           "other endpoints' outputs are no larger than their input.)",
     "max_json_depth": "Nesting depth of the JSON body.",
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",
