@@ -69,10 +69,8 @@ def compute_attention(params: Params, limits: Limits) -> Result:
         limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
         limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
     batch = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None)
-    elements = batch * q.shape[-2] * k.shape[-2]
-    limits.check("max_weight_elements", elements, pointer=pointer("query"))
     limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("value"))
-    metrics.count_elements(elements)
+    _check_elements(params, batch * q.shape[-2] * k.shape[-2], limits, pointer("query"))
     options = {"scale": params["scale"], "causal": params["causal"]}
     return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
                                                                             **options),
@@ -113,14 +111,32 @@ def sentence(params: Params, limits: Limits) -> np.ndarray:
     return _cast(x, params["dtype"], where)
 
 
-def _check_weights(x: np.ndarray, mask: np.ndarray | None, heads: int, limits: Limits, layers: int = 1) -> None:
-    """B * h * n * n (* layers) attention weights, checked before anything is computed, then counted."""
-    limits.check("max_heads", heads, pointer=pointer("n_heads"))
-    n = x.shape[-2]
-    batch = _batch(x, mask if mask is not None and mask.ndim > 2 else None)
-    elements = batch * heads * n * n * layers
-    limits.check("max_weight_elements", elements, pointer=pointer("embeddings"))
+TRACE_STAGES = 4  # a trace returns scores, scaled scores, masked scores and weights: four n*n arrays
+
+
+def _check_elements(params: Params, elements: int, limits: Limits, where: str) -> None:
+    """A request's attention weights against the limits before any compute, then counted:
+    max_weight_elements (times TRACE_STAGES with trace), and max_heatmap_cells when the answer is their
+    picture (``format`` svg, set by the view)."""
+    limits.check("max_weight_elements", elements * (TRACE_STAGES if params["trace"] else 1), pointer=where)
+    if params.get("format") == "svg":
+        limits.check("max_heatmap_cells", elements, parameter="format")
     metrics.count_elements(elements)
+
+
+def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, layers: int = 1, *,
+                   per_head_mask: bool = False) -> None:
+    """B * h * n * n (* layers) attention weights of X (B?, n, d_model), see :func:`_check_elements`.
+
+    ``per_head_mask``: a mask with one axis more than X is one mask per head (multi-head attention):
+    that axis is h, counted once, not a batch axis.
+    """
+    limits.check("max_heads", heads, pointer=pointer("n_heads"))
+    mask = params["mask"]
+    if mask is not None and per_head_mask and mask.ndim == x.ndim + 1:
+        mask = mask[..., 0, :, :]                                   # drop the head axis (a view)
+    batch = _batch(x, mask if mask is not None and mask.ndim > 2 else None)
+    _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
 
 
 @contextmanager
@@ -148,7 +164,7 @@ def compute_self_attention(params: Params, limits: Limits) -> Result:
     weights = params.get("weights") or {}
     d_k = params.get("d_k") or (weights["w_q"].shape[-1] if weights else None)
     limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
-    _check_weights(x, params["mask"], 1, limits)
+    _check_weights(x, params, 1, limits)
     layer = engine.SelfAttention(x.shape[-1], d_k, params["seed"], **weights)
     return _run_layer(layer, x, params)
 
@@ -156,7 +172,7 @@ def compute_self_attention(params: Params, limits: Limits) -> Result:
 def compute_multi_head(params: Params, limits: Limits) -> Result:
     """h heads: X (B?, n, d_model) -> output (B?, n, d_model), weights (B?, h, n, n), trace per head."""
     x = sentence(params, limits)
-    _check_weights(x, params["mask"], params["n_heads"], limits)
+    _check_weights(x, params, params["n_heads"], limits, per_head_mask=True)
     layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **(params.get("weights") or {}))
     return _run_layer(layer, x, params)
 
@@ -166,7 +182,7 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     x = sentence(params, limits)
     limits.check("max_layers", params["n_layers"], pointer=pointer("n_layers"))
     limits.check("max_d_ff", params.get("d_ff", 4 * x.shape[-1]), pointer=pointer("d_ff"))
-    _check_weights(x, params["mask"], params["n_heads"], limits, params["n_layers"])
+    _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
     with _blame_input(params):

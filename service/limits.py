@@ -72,7 +72,8 @@ DESCRIPTIONS = {
     "max_d_ff": "Encoder feed-forward width.",
     "max_heads": "Attention heads.",
     "max_layers": "Encoder layers.",
-    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder).",
+    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; times 4 "
+                           "with trace, which returns four n * n stages).",
     "max_output_elements": "Numbers in the output of scaled dot-product attention, B * n_q * d_v: a batch of "
                            "queries over one shared key and value asks for far more than its body holds. (The "
                            "other endpoints' outputs are no larger than their input.)",

@@ -100,3 +100,41 @@ def test_body_bytes_at_and_past_the_limit():
     at, past = client_with(max_body_bytes=len(body)), client_with(max_body_bytes=len(body) - 1)
     assert at.post("/v1/attention", data=body, content_type="application/json").get_json()["output"] == [[7.0]]
     assert_problem(past.post("/v1/attention", data=body, content_type="application/json"), 413)
+
+
+def test_a_per_head_mask_counts_each_head_once():
+    """(h, n, n) masks: their head axis is h, not a batch axis multiplying h again."""
+    client = client_with(max_weight_elements=2 * 3 * 3)
+    body = {"tokens": ["the", "cat", "ate"], "n_heads": 2}
+    per_head = np.ones((2, 3, 3), dtype=bool).tolist()
+    assert client.post("/v1/multi-head-attention", json={**body, "mask": per_head}).status_code == 200
+    assert client.post("/v1/encoder", json={**body, "n_layers": 1, "mask": per_head}).status_code == 200
+    over = assert_problem(client_with(max_weight_elements=17).post("/v1/multi-head-attention",
+                                                                   json={**body, "mask": per_head}), 422, "/embeddings")
+    assert over["limit"] == {"name": "max_weight_elements", "maximum": 17, "value": 18}
+
+
+def test_a_trace_counts_its_four_score_stages():
+    request = attention_of(2, 3)  # 6 weights
+    assert client_with(max_weight_elements=6).post("/v1/attention", json=request).status_code == 200
+    refused = assert_problem(client_with(max_weight_elements=23).post("/v1/attention", json={**request, "trace": True}),
+                             422, "/query")
+    assert refused["limit"]["value"] == 24
+    assert client_with(max_weight_elements=24).post("/v1/attention", json={**request, "trace": True}).status_code == 200
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/attention", attention_of(3, 3)),
+    ("/v1/multi-head-attention", {"tokens": ["the", "cat", "ate"], "n_heads": 2}),
+    ("/v1/encoder", {"tokens": ["the", "cat", "ate"], "n_heads": 1, "n_layers": 2}),
+])
+def test_a_heatmap_too_large_is_refused_before_compute(path, body, monkeypatch):
+    import attention
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("computed")
+
+    for name in ("scaled_dot_product_attention", "MultiHeadAttention", "Encoder"):
+        monkeypatch.setattr(attention, name, refuse)
+    problem = assert_problem(client_with(max_heatmap_cells=8).post(f"{path}?format=svg", json=body), 422, "format")
+    assert problem["limit"]["name"] == "max_heatmap_cells" and problem["limit"]["value"] > 8

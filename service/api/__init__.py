@@ -43,8 +43,8 @@ def compute_route(blp: Blueprint, path: str, name: str, response: type[Schema], 
     endpoint = compute.ENDPOINTS[name]
 
     def view(params: dict[str, Any], format: str = "json") -> Any:
-        if format == "svg":  # the picture needs the weights, and nothing else
-            params = {**params, "return_weights": True, "trace": False}
+        if format == "svg":  # the picture needs the weights, and nothing else; its size is checked first
+            params = {**params, "return_weights": True, "trace": False, "format": "svg"}
             result = endpoint.compute(params, current_limits())
             return svg_response(pictures.compute_heatmap(name, params, result, current_limits()))
         return round_arrays(endpoint.compute(params, current_limits()), params.get("decimals"))
