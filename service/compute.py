@@ -64,6 +64,8 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     -> output (B?, n_q, d_v), weights (B?, n_q, n_k), trace {scores, scaled_scores, masked_scores, weights}.
     """
     q, k, v = (_cast(params[name], params["dtype"], name) for name in ("query", "key", "value"))
+    if params["scale"] is not None:  # 1e39 is a float64 but not a float32: it would turn every score into inf
+        _cast(np.float64(params["scale"]), params["dtype"], "scale")
     mask = params["mask"]
     for name, array in (("query", q), ("key", k), ("value", v)):
         limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
@@ -142,13 +144,17 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
 @contextmanager
 def _blame_input(params: Params) -> Iterator[None]:
     """Engine errors about a layer's input (X, or the Q, K, V projected from it, e.g. an overflow)
-    point at the request's ``embeddings`` or ``tokens``."""
+    point at the request's ``embeddings`` or ``tokens``, and at its explicit ``weights`` if any."""
     try:
         yield
     except engine.AttentionError as exc:
         if exc.argument not in ("X", "query", "key", "value"):
             raise
-        raise ValidationProblem.at(pointer("tokens" if "tokens" in params else "embeddings"), str(exc)) from None
+        culprits = [pointer("tokens" if "tokens" in params else "embeddings")]
+        if params.get("weights"):  # explicit weights are as likely to have made the numbers overflow
+            culprits.append(pointer("weights"))
+        errors = [{"pointer": where, "detail": exc.detail} for where in culprits]
+        raise ValidationProblem(exc.detail, errors=errors) from None
 
 
 def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params) -> Result:
@@ -158,10 +164,15 @@ def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.nd
                     lambda: layer.trace(x, **options))
 
 
+def _weights(params: Params) -> dict[str, np.ndarray]:
+    """The explicit weights, if any, in the requested precision (float32: within its range)."""
+    return {name: _cast(w, params["dtype"], f"weights.{name}") for name, w in (params.get("weights") or {}).items()}
+
+
 def compute_self_attention(params: Params, limits: Limits) -> Result:
     """One head: X (B?, n, d_model) -> output (B?, n, d_k), weights (B?, n, n), trace adds q, k, v."""
     x = sentence(params, limits)
-    weights = params.get("weights") or {}
+    weights = _weights(params)
     d_k = params.get("d_k") or (weights["w_q"].shape[-1] if weights else None)
     limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
     _check_weights(x, params, 1, limits)
@@ -173,7 +184,7 @@ def compute_multi_head(params: Params, limits: Limits) -> Result:
     """h heads: X (B?, n, d_model) -> output (B?, n, d_model), weights (B?, h, n, n), trace per head."""
     x = sentence(params, limits)
     _check_weights(x, params, params["n_heads"], limits, per_head_mask=True)
-    layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **(params.get("weights") or {}))
+    layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **_weights(params))
     return _run_layer(layer, x, params)
 
 

@@ -184,3 +184,24 @@ def test_results_have_exactly_their_response_schemas_shape(op, variant):
     endpoint = compute.ENDPOINTS[op]
     result = endpoint.compute(endpoint.schema().load({**examples.request(op), **variant}), Limits())
     _same_shape(RESPONSES[op]().dump(result), result)
+
+
+def _weights_of(w_o_value: float) -> dict:
+    heads = np.ones((4, 8, 2)).tolist()
+    return {"w_q": heads, "w_k": heads, "w_v": heads, "w_o": (np.ones((8, 8)) * w_o_value).tolist()}
+
+
+@pytest.mark.parametrize(("path", "body", "where"), [
+    ("/v1/attention", {"query": [[0.0, 0.0]], "key": [[0.0, 0.0]], "value": [[1.0, 1.0]], "scale": 1e39}, "/scale"),
+    ("/v1/multi-head-attention", {"tokens": ["cat", "it"], "d_model": 8, "n_heads": 4, "weights": _weights_of(1e39)},
+     "/weights/w_o"),
+])
+def test_float32_overflow_points_at_the_number_that_does_not_fit(client, path, body, where):
+    """A scale or an explicit weight beyond float32 used to surface as an overflow blamed on the query."""
+    assert_problem(client.post(path, json={**body, "dtype": "float32"}), 422, where)
+
+
+def test_an_overflow_with_explicit_weights_points_at_the_input_and_the_weights(client):
+    body = {"tokens": ["cat", "it"], "d_model": 8, "n_heads": 4, "weights": _weights_of(1e308)}
+    problem = assert_problem(client.post("/v1/multi-head-attention", json=body), 422, "/tokens", "/weights")
+    assert problem["detail"] == "the computation overflowed: input values are too large"  # no engine argument name

@@ -253,3 +253,9 @@ def test_unrouted_v2_paths_answer_in_the_protocol_form(client, method, path, sta
 def test_unrouted_v1_paths_stay_problems(client):
     for response in (client.get("/v1/nope"), client.get("/v2x"), client.post("/v1/limits")):
         assert response.mimetype == "application/problem+json"
+
+
+def test_an_overflow_names_the_input_not_the_engine_argument(client):
+    body = {"inputs": [tensor("embeddings", np.full((2, 8), 1e200))], "parameters": {"num_heads": 2}}
+    assert_error(send(client, MHA, orjson.dumps(body)), 400,
+                 "input 'embeddings': the attention scores overflowed: input values are too large")
