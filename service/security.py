@@ -56,7 +56,9 @@ def key_matches(authorization: str | None, keys: tuple[bytes, ...]) -> bool:
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer":
         return False
-    candidate = token.strip().encode("utf-8", "surrogateescape")
+    # WSGI hands header values over as latin-1 text: encoding back gives the bytes the client sent
+    # (a UTF-8 key arrives as its UTF-8 bytes); a character past latin-1 cannot have come over HTTP.
+    candidate = token.strip().encode("latin-1", "replace")
     found = False
     for key in keys:  # no early exit: the time does not tell which key (or how many) matched
         found |= hmac.compare_digest(candidate, key)
@@ -112,7 +114,10 @@ def init_app(app: Flask) -> None:
     :func:`service.observability.init_app` (a 401 still gets its request id and metrics).
     """
     app.config.setdefault("API_SPEC_OPTIONS", SPEC_OPTIONS)
-    keys = split_list(app.config.get("API_KEYS", os.environ.get("API_KEYS")))
+    configured = app.config.get("API_KEYS", os.environ.get("API_KEYS"))
+    keys = split_list(configured)
+    if configured and configured.strip() and not keys:  # " , ": meant to lock the API, would open it
+        raise ValueError("API_KEYS lists no key (only commas and blanks): unset it to turn auth off")
     if keys:
         app.before_request(RequireKey(keys))
     origins = split_list(app.config.get("CORS_ORIGINS", os.environ.get("CORS_ORIGINS")))

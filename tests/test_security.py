@@ -76,6 +76,20 @@ def test_key_comparison():
     assert split_list(KEYS) == ("k-one", "k-two") and split_list(None) == () and split_list(" , ") == ()
 
 
+def test_a_non_ascii_key_matches_the_bytes_that_come_over_http():
+    keys = ("ключ".encode(),)
+    assert key_matches("Bearer " + "ключ".encode().decode("latin-1"), keys)  # what a WSGI server hands over
+    assert not key_matches("Bearer ключ", keys)  # cannot come over HTTP as such
+
+
+def test_api_keys_with_no_key_in_them_refuse_to_start(monkeypatch):
+    monkeypatch.setenv("API_KEYS", " , ")
+    with pytest.raises(ValueError, match="API_KEYS lists no key"):
+        create_app({"TESTING": True})
+    monkeypatch.setenv("API_KEYS", "")
+    assert create_app({"TESTING": True}).test_client().get("/v1/limits").status_code == 200
+
+
 def test_auth_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("API_KEYS", "env-key")
     client = create_app({"TESTING": True}).test_client()
