@@ -110,6 +110,8 @@ class InferenceRequest(Schema):
     """POST /v2/models/{model}/infer. ``parameters`` hold the model's options (see its description)."""
 
     id = fields.String(metadata={"description": "Echoed in the response."})
+    model_name = fields.String(metadata={"description": "Optional (Triton's examples send it): the model of the "
+                                                        "path, else 400."})
     parameters = fields.Dict(keys=fields.String(), load_default=dict, metadata={
         "description": "Model parameters, and binary_data_output (bool: every output as raw bytes)."})
     inputs = fields.List(fields.Nested(RequestInput), required=True, validate=validate.Length(min=1))

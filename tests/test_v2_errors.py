@@ -259,3 +259,10 @@ def test_an_overflow_names_the_input_not_the_engine_argument(client):
     body = {"inputs": [tensor("embeddings", np.full((2, 8), 1e200))], "parameters": {"num_heads": 2}}
     assert_error(send(client, MHA, orjson.dumps(body)), 400,
                  "input 'embeddings': the attention scores overflowed: input values are too large")
+
+
+def test_model_name_in_the_request_is_accepted_when_it_is_the_paths(client):
+    """Triton's examples send model_name in the body: the path's model is fine, another is a 400."""
+    assert send(client, SDPA, {"model_name": "scaled_dot_product_attention", "inputs": QKV}).status_code == 200
+    assert_error(send(client, SDPA, {"model_name": "multi_head_attention", "inputs": QKV}), 400,
+                 "model_name 'multi_head_attention' is not the model of the path")

@@ -65,6 +65,8 @@ def infer(model: Model, header: Any, binary: memoryview, limits: Limits) -> tupl
     Every input check happens before the compute; the weights are not built unless requested.
     """
     request = _load(_REQUEST, header, "")
+    if request.get("model_name", model.name) != model.name:
+        raise ProtocolError(f"model_name {request['model_name']!r} is not the model of the path, {model.name!r}.")
     parameters = _load(model.parameters(), request["parameters"], "/parameters")
     binary_default = parameters.pop("binary_data_output")
     inputs, datatypes = decode_inputs(model, request["inputs"], BinaryReader(binary))
