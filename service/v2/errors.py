@@ -8,6 +8,8 @@ or parameter. 5xx stay RFC 9457 problems (the documented ``default`` response: a
 
 from __future__ import annotations
 
+import re
+
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
@@ -17,6 +19,8 @@ from service.jsonio import dumps
 V2_NAMES = {"n_heads": "parameter 'num_heads'"}  # v1 field -> its v2 name, where they differ
 INPUTS = ("query", "key", "value", "mask", "embeddings")
 KEPT_STATUSES = (404, 405, 413)  # everything else a client did wrong is 400
+# The protocol's optional /versions/<v> segment (tritonclient sends it when given a model_version).
+VERSIONED = re.compile(r"/v2/models/(?P<model>[^/]+)/versions/(?P<version>[^/]+)(?P<rest>/ready|/infer)?")
 
 
 class ProtocolError(HTTPException):
@@ -66,6 +70,9 @@ def handle_unrouted(error: HTTPException) -> Response:
     """App-wide: a path under /v2 that matches no route (404), or no method (405), is a protocol error
     too. Blueprint handlers never see these (no route, so no blueprint); everything else stays a problem."""
     if request.blueprint is None and (request.path == "/v2" or request.path.startswith("/v2/")):
+        if error.code == 404 and (versioned := VERSIONED.fullmatch(request.path)):
+            return error_response(404, f"Models are not versioned here: use /v2/models/{versioned['model']}"
+                                       f"{versioned['rest'] or ''} (without /versions/{versioned['version']}).")
         return handle_http_exception(error)
     return problems.handle_http_exception(error)
 
