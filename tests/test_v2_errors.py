@@ -266,3 +266,12 @@ def test_model_name_in_the_request_is_accepted_when_it_is_the_paths(client):
     assert send(client, SDPA, {"model_name": "scaled_dot_product_attention", "inputs": QKV}).status_code == 200
     assert_error(send(client, SDPA, {"model_name": "multi_head_attention", "inputs": QKV}), 400,
                  "model_name 'multi_head_attention' is not the model of the path")
+
+
+@pytest.mark.parametrize(("path", "rest"), [("/versions/1", ""), ("/versions/2/ready", "/ready"),
+                                            ("/versions/1/infer", "/infer")])
+def test_a_versioned_path_says_models_are_not_versioned(client, path, rest):
+    """The protocol's optional /versions/<v> segment: a 404 that says what to call instead."""
+    url = f"/v2/models/scaled_dot_product_attention{path}"
+    response = client.post(url, json={"inputs": QKV}) if rest == "/infer" else client.get(url)
+    assert_error(response, 404, f"use /v2/models/scaled_dot_product_attention{rest} (without /versions/")
