@@ -40,6 +40,16 @@ def strict_int(minimum: int = 1, maximum: int | None = None, **kwargs: Any) -> f
     return fields.Integer(strict=True, validate=validate.Range(min=minimum, max=maximum), **kwargs)
 
 
+class QueryInteger(fields.Integer):
+    """An integer from the query string, written in ASCII digits: ``int()`` would also take ``1_000``,
+    ``+3``, `` 3`` or full-width and other scripts' digits."""
+
+    def _validated(self, value: Any) -> int:
+        if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
 def seed(**kwargs: Any) -> fields.Integer:
     """A non-negative integer seed for ``np.random.default_rng``; default 0."""
     return strict_int(0, MAX_SEED, load_default=0, metadata={

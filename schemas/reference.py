@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from schemas.fields import strict_bool, strict_int, tokens
+from schemas.fields import QueryInteger, strict_bool, strict_int, tokens
 from schemas.options import OutputOptions
 from schemas.tensor import BoolTensor, Tensor
 
@@ -12,9 +12,9 @@ from schemas.tensor import BoolTensor, Tensor
 class PositionalEncodingQuery(Schema):
     """Query string of GET /v1/positional-encoding."""
 
-    n_positions = fields.Integer(required=True, validate=validate.Range(min=1))
-    d_model = fields.Integer(required=True, validate=validate.Range(min=1))
-    decimals = fields.Integer(load_default=None, validate=validate.Range(0, 15))
+    n_positions = QueryInteger(required=True, validate=validate.Range(min=1))
+    d_model = QueryInteger(required=True, validate=validate.Range(min=1))
+    decimals = QueryInteger(load_default=None, validate=validate.Range(0, 15))
 
 
 class PositionalEncodingResponse(Schema):
@@ -26,7 +26,7 @@ class PositionalEncodingResponse(Schema):
 class CausalMaskQuery(Schema):
     """Query string of GET /v1/causal-mask."""
 
-    size = fields.Integer(required=True, validate=validate.Range(min=1))
+    size = QueryInteger(required=True, validate=validate.Range(min=1))
 
 
 class CausalMaskResponse(Schema):

@@ -85,7 +85,10 @@ def check_depth(body: bytes, limits: Any) -> None:
 
 def read_body(request: Request, max_bytes: int) -> bytes:
     """The request body, refusing with 413 past ``max_bytes``: by Content-Length before reading,
-    and by counting while reading a chunked body (which has no Content-Length)."""
+    and by counting while reading a chunked body (which has no Content-Length); 415 if compressed."""
+    encoding = request.content_encoding
+    if encoding and encoding.lower() != "identity":
+        raise UnsupportedMediaType(f"Content-Encoding {encoding[:40]} is not supported: send the body uncompressed.")
     length = request.content_length
     if length is not None:
         if length > max_bytes:

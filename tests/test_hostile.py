@@ -6,6 +6,7 @@ Worker RSS (VmRSS from /proc) is measured before and after the whole suite.
 
 from __future__ import annotations
 
+import gzip
 import socket
 import time
 
@@ -120,7 +121,8 @@ def test_enormous_sizes_are_refused_before_compute(server, path, payload, limit)
 
 
 @pytest.mark.parametrize("query", ["size=1000000000000", "size=143896758767122432000", "size=-1", "size=1e3",
-                                   "size=1&size=2", "size=%00", "size=" + "9" * 4000])
+                                   "size=1&size=2", "size=%00", "size=" + "9" * 4000, "size=" + "9" * 5000,
+                                   "size=1_000", "size=+3", "size=%203", "size=%EF%BC%93"])  # last: full-width 3
 def test_enormous_or_odd_query_values_are_422(server, query):
     response = requests.get(f"{server.url}/v1/causal-mask?{query}", timeout=10)
     assert_refused(response, 422)
@@ -146,6 +148,14 @@ def test_raw_control_characters_in_a_json_string_are_400(server):
 
 def test_invalid_utf8_is_400(server):
     assert_refused(post(server, "/v1/embed", b'{"tokens": ["\xff\xfe"]}'), 400)
+
+
+@pytest.mark.parametrize(("path", "status"), [("/v1/attention", 415), ("/v2/models/scaled_dot_product_attention/infer",
+                                                                     400)])
+def test_a_compressed_body_is_refused_by_name(server, path, status):
+    response = post(server, path, gzip.compress(b'{"query": [[1.0]]}'),
+                    {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert response.status_code == status and "Content-Encoding gzip is not supported" in response.text
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
