@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import attention as engine
-from service import compute
+from service import compute, metrics
 from service.limits import Limits
 
 Params = compute.Params
@@ -117,10 +117,12 @@ def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
         # Each item was within max_weight_elements iff the stack is within G times it (same shapes).
         group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs))
         try:
-            result = compute.ENDPOINTS[first.op].compute(_merge(jobs), group_limits)
+            with metrics.unrecorded() as held:  # counted only if kept: a failed stack is recomputed item by item
+                result = compute.ENDPOINTS[first.op].compute(_merge(jobs), group_limits)
         except Exception:
             pass
         else:
+            metrics.record(held)
             return [_take(result, i) for i in range(len(jobs))]
     return [_alone(job, limits) for job in jobs]
 

@@ -49,25 +49,38 @@ ELEMENTS_PER_REQUEST = Histogram("attention_weight_elements_per_request", "Atten
 BATCH_ITEMS = Histogram("batch_items", "Items per /v1/batch request.", buckets=BATCH_BUCKETS)
 
 
-_unrecorded: ContextVar[bool] = ContextVar("unrecorded", default=False)
+_held: ContextVar[list[int] | None] = ContextVar("held", default=None)
 
 
 @contextmanager
-def unrecorded() -> Iterator[None]:
-    """Compute without counting (the documented examples, computed at start-up, are nobody's work)."""
-    token = _unrecorded.set(True)
+def unrecorded() -> Iterator[list[int]]:
+    """Compute without counting: the engine calls made inside are held in the yielded list instead.
+
+    For work that is nobody's (the documented examples, computed at start-up), or that may be
+    thrown away (a batch's stacked call, recomputed item by item if it fails: see :func:`record`).
+    """
+    held: list[int] = []
+    token = _held.set(held)
     try:
-        yield
+        yield held
     finally:
-        _unrecorded.reset(token)
+        _held.reset(token)
 
 
 def count_elements(elements: int) -> None:
     """Record one engine call computing ``elements`` attention weights (B*h*n_q*n_k per layer)."""
-    if _unrecorded.get():
+    held = _held.get()
+    if held is not None:
+        held.append(elements)
         return
     ELEMENTS.inc(elements)
     ELEMENTS_PER_REQUEST.observe(elements)
+
+
+def record(held: list[int]) -> None:
+    """Record engine calls held by :func:`unrecorded` after all (the work was kept)."""
+    for elements in held:
+        count_elements(elements)
 
 
 def observe_batch(items: int) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -175,3 +179,26 @@ def test_a_batch_records_its_size_and_the_items_work(client):
     assert value(after, "batch_items_sum") - value(before, "batch_items_sum") == 3
     assert value(after, "attention_weight_elements_total") - value(before, "attention_weight_elements_total") == 300
 
+
+
+def test_a_failed_stack_is_not_counted_on_top_of_its_items(client):
+    """Two attention items sharing a mask that fits neither: the stacked call fails in the engine and each
+    item is recomputed alone; only the work that was kept counts (as for two single requests)."""
+    body = {"query": [[1.0]], "key": [[1.0], [0.0]], "value": [[1.0], [2.0]], "mask": [[True, True, True]]}
+    singles_before = metrics.ELEMENTS._value.get()
+    for _ in range(2):
+        assert client.post("/v1/attention", json=body).status_code == 422
+    singles = metrics.ELEMENTS._value.get() - singles_before
+    before = metrics.ELEMENTS._value.get()
+    items = [{"id": str(i), "op": "attention", "body": body} for i in range(2)]
+    assert client.post("/v1/batch", json={"requests": items}).status_code == 200
+    assert metrics.ELEMENTS._value.get() - before == singles
+
+
+def test_a_new_app_has_counted_no_work():
+    code = ("from service import create_app, metrics; create_app(); "
+            "print(metrics.ELEMENTS._value.get(), metrics.ELEMENTS_PER_REQUEST._sum.get())")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ.get("PATH", "")}, cwd=root).stdout.split()
+    assert out[-2:] == ["0.0", "0.0"]
