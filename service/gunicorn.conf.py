@@ -6,9 +6,11 @@ GUNICORN_GRACEFUL_TIMEOUT [20 s], GUNICORN_MAX_REQUESTS [10000], GUNICORN_MAX_RE
 GUNICORN_ACCESSLOG [off; "-" for stdout; the app writes its own JSON line per request],
 GUNICORN_LOGLEVEL [info], GUNICORN_MALLOC_KEEP_MB [64], GUNICORN_PRELOAD [1], the BLAS thread variables
 OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1], and PROMETHEUS_MULTIPROC_DIR [a fresh
-directory per instance under $TMPDIR; one directory per instance, never shared].
+directory per instance under $TMPDIR, removed at exit; one directory per instance, never shared: a
+directory you name is emptied of *.db files at start and exit, not removed].
 """
 
+import glob
 import os
 import shutil
 import tempfile
@@ -62,10 +64,21 @@ preload_app = os.environ.get("GUNICORN_PRELOAD", "1") != "0"
 # Prometheus multiprocess mode: each worker writes its metrics to files in this directory, which
 # must exist before anything imports prometheus_client (the master does, with preload_app) and be
 # emptied first (stale files of dead pids would be summed). So: here, when the config is loaded.
-metrics_dir = os.environ.setdefault(
-    "PROMETHEUS_MULTIPROC_DIR", os.path.join(tempfile.gettempdir(), f"attention-metrics-{os.getpid()}"))
-shutil.rmtree(metrics_dir, ignore_errors=True)
-os.makedirs(metrics_dir)
+# A directory the operator names is only emptied of metrics files (*.db), never removed; and only at
+# the first load in this master: a configuration reload (SIGHUP) must not wipe the live workers' files.
+_own_dir = os.path.join(tempfile.gettempdir(), f"attention-metrics-{os.getpid()}")
+metrics_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", _own_dir)
+
+
+def _remove_metrics_files() -> None:
+    for stale in glob.glob(os.path.join(metrics_dir, "*.db")):
+        os.remove(stale)
+
+
+if os.environ.get("ATTENTION_METRICS_MASTER") != str(os.getpid()):
+    os.environ["ATTENTION_METRICS_MASTER"] = str(os.getpid())
+    os.makedirs(metrics_dir, exist_ok=True)
+    _remove_metrics_files()  # stale files of dead pids would be summed in
 
 
 def child_exit(server, worker):  # master, after a worker exited (recycled, killed, timed out)
@@ -75,7 +88,9 @@ def child_exit(server, worker):  # master, after a worker exited (recycled, kill
 
 
 def on_exit(server):
-    shutil.rmtree(metrics_dir, ignore_errors=True)
+    _remove_metrics_files()
+    if metrics_dir == _own_dir:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 # One sendall per response: gunicorn writes the status line and headers, then the body, in two

@@ -102,3 +102,16 @@ def test_workers_keep_freed_buffers_unless_told_not_to(monkeypatch):
     assert conf["malloc_keep_mb"] == 64
     conf["post_fork"](None, None)  # mallopt in this process: must not raise (skipped off glibc)
     assert load_conf(monkeypatch, GUNICORN_MALLOC_KEEP_MB="0")["malloc_keep_mb"] == 0
+
+
+def test_a_metrics_directory_the_operator_names_is_emptied_of_metrics_files_never_removed(tmp_path):
+    from service.launch import gunicorn
+
+    (tmp_path / "keep.txt").write_text("the operator's")
+    (tmp_path / "counter_999999.db").write_bytes(b"a dead instance's")
+    with gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "1"}) as server:
+        assert not (tmp_path / "counter_999999.db").exists()  # would be summed into this instance's metrics
+        assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
+        assert list(tmp_path.glob("*.db"))  # the worker's own
+    assert (tmp_path / "keep.txt").read_text() == "the operator's"
+    assert not list(tmp_path.glob("*.db"))
