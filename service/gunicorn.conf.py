@@ -75,9 +75,9 @@ def _remove_metrics_files() -> None:
         os.remove(stale)
 
 
-if os.environ.get("ATTENTION_METRICS_MASTER") != str(os.getpid()):
-    os.environ["ATTENTION_METRICS_MASTER"] = str(os.getpid())
-    os.makedirs(metrics_dir, exist_ok=True)
+os.makedirs(metrics_dir, exist_ok=True)
+if os.environ.get("ATTENTION_METRICS_MASTER") != f"{os.getpid()}:{metrics_dir}":
+    os.environ["ATTENTION_METRICS_MASTER"] = f"{os.getpid()}:{metrics_dir}"
     _remove_metrics_files()  # stale files of dead pids would be summed in
 
 
