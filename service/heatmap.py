@@ -5,8 +5,9 @@ list of strings joined once (one element per line); colours come from a 256-entr
 the only per-cell Python is emitting each cell's markup. Labels are user input: they are escaped
 and their control characters replaced (those are illegal in XML 1.0 even when escaped).
 Every cell is ``<rect class="cell" data-row data-col data-value>`` with a ``<title>`` (hover
-text, screen readers); ``data-value`` is the weight's shortest round-trip repr, the same text
-orjson writes in the JSON answers. Exact zeros (masked cells) are hatched, not coloured.
+text, screen readers); ``data-value`` is the weight as the JSON answers write it (orjson's shortest
+round-trip text, in the weights' own precision: float32 answers have float32's shorter digits).
+Exact zeros (masked cells) are hatched, not coloured.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 import numpy as np
+import orjson
 
 # viridis (perceptually uniform, colour-blind safe, dark -> light) sampled at 0, 1/8, ..., 1.
 _ANCHORS = ("440154", "482878", "3e4989", "31688e", "26828e", "1f9e89", "35b779", "6ece58", "fde725")
@@ -53,6 +55,12 @@ def _text_width(chars: int, size: float) -> float:
     return chars * size * 0.6
 
 
+def _as_written(panels: np.ndarray) -> list[list[list[str]]]:
+    """Each value of (p, n_q, n_k) as the JSON answer writes it (orjson, one row at a time)."""
+    return [[orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",") for row in panel]
+            for panel in panels]
+
+
 def _num(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
@@ -68,7 +76,8 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     expected in [0, 1] (the caller checks). ``annotate`` writes each value in its cell with
     ``decimals`` decimals; None means "when the cells are large enough to read".
     """
-    weights = np.asarray(weights, dtype=np.float64)
+    written = np.asarray(weights)                              # its dtype decides how a value is written
+    weights = written.astype(np.float64, copy=False)
     panels = weights[None] if weights.ndim == 2 else weights  # (p, n_q, n_k)
     p, n_q, n_k = panels.shape
     row_names = [str(label) for label in row_labels] if row_labels is not None else [str(i) for i in range(n_q)]
@@ -99,7 +108,8 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     levels = np.rint(np.clip(panels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
     fills = np.where(panels == 0.0, "url(#masked)", LUT[levels])
     text_fills = np.where(panels == 0.0, "#333", TEXT_LUT[levels])
-    values = panels.tolist()  # python floats: repr is the shortest round-trip text, as orjson writes
+    values = panels.tolist()  # python floats, for the rounded text written in the cells
+    texts = _as_written(written.reshape(panels.shape))  # what the JSON answer says (float32: its own shortest text)
     fmt = f"{{:.{decimals}f}}"
 
     parts = [
@@ -131,16 +141,17 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
             cx, cy = gx + (j + 0.5) * cell, gy - 6
             parts.append(f'<text transform="translate({_num(cx)} {_num(cy)}) rotate(-90)" '
                          f'font-size="{_num(label_font)}" dominant-baseline="central" fill="#222">{label}</text>')
-        panel_fills, panel_text, panel_values = fills[index], text_fills[index], values[index]
+        panel_fills, panel_text = fills[index], text_fills[index]
+        panel_values, panel_texts = values[index], texts[index]
         parts.append('<g stroke="#fff" stroke-width="0.5">')  # thin gaps between cells, inherited
         for i in range(n_q):
             y = _num(gy + i * cell)
             for j in range(n_k):
-                value = panel_values[i][j]
+                value, text = panel_values[i][j], panel_texts[i][j]
                 parts.append(f'<rect class="cell" x="{_num(gx + j * cell)}" y="{y}" width="{_num(cell)}" '
                              f'height="{_num(cell)}" fill="{panel_fills[i][j]}" '
-                             f'data-row="{i}" data-col="{j}" data-value="{value!r}">'
-                             f"<title>{rows[i]} → {cols[j]}: {value!r}</title></rect>")
+                             f'data-row="{i}" data-col="{j}" data-value="{text}">'
+                             f"<title>{rows[i]} → {cols[j]}: {text}</title></rect>")
                 if annotate:
                     parts.append(f'<text x="{_num(gx + (j + 0.5) * cell)}" y="{_num(gy + (i + 0.5) * cell)}" '
                                  f'font-size="{_num(value_font)}" text-anchor="middle" dominant-baseline="central" '

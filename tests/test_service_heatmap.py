@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import assert_problem
@@ -103,6 +105,16 @@ def test_format_svg_draws_the_weights_of_the_json_answer(client, path, body, tit
     tokens = body.get("tokens")
     if tokens:
         assert hover_titles(root)[1] == f"{tokens[0]} → {tokens[0]}: {float(np.ravel(weights)[0])!r}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_data_values_are_the_text_of_the_json_answer(client, dtype):
+    """float32 answers are written with float32's own shortest digits: so are the cells' data-value."""
+    body = {"query": [[1.0, 2.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [3.0]], "dtype": dtype}
+    text = client.post("/v1/attention", json=body).get_data(as_text=True)
+    written = re.search(r'"weights":\[\[([^\]]*)\]\]', text).group(1).split(",")
+    root = svg_of(client.post("/v1/attention?format=svg", json=body))
+    assert [cell.get("data-value") for cell in cells(root)] == written
 
 
 def test_format_json_is_the_default_and_other_formats_are_refused(client):
