@@ -177,20 +177,26 @@ def _frozen(value: Any) -> Hashable:
     return value
 
 
+RETURNED_EXTRA = 3  # a returned number also becomes an array element and ~20 bytes of JSON text
+
+
 def cost(op: str, params: Params, limits: Limits) -> int:
-    """Numbers an item computes, for the batch budget ``max_batch_elements``: its attention weights
-    (B * h * n_q * n_k, times layers, times 4 with trace) plus its output.
+    """An item's share of the batch budget ``max_batch_elements``: the numbers it computes (attention
+    weights B * h * n_q * n_k, times layers, times 4 with trace, plus its output), and
+    ``RETURNED_EXTRA`` more for each number it returns (the weights unless return_weights is false,
+    every stage with trace, the output): the answer is what takes a worker's memory.
 
     Shapes only, nothing computed. An item past its own limits counts at most what they allow (it
     will answer its own 422), so it cannot make a batch of good items too large.
     """
     per_item = limits.max_sequence_length * limits.max_d_model
     if op == "positional-encoding":
-        return min(params["n_positions"] * params["d_model"], per_item)
+        return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
     if op == "attention":
         q, k, v = params["query"], params["key"], params["value"]
         batch = _batch_size(q, k, v)
-        weights, output = batch * q.shape[-2] * k.shape[-2], batch * q.shape[-2] * v.shape[-1]
+        weights = batch * q.shape[-2] * k.shape[-2]
+        output = min(batch * q.shape[-2] * v.shape[-1], limits.max_output_elements)
     else:
         if "tokens" in params:
             batch, n, d_model = 1, len(params["tokens"]), params.get("d_model", 4)
@@ -198,12 +204,14 @@ def cost(op: str, params: Params, limits: Limits) -> int:
             x = params["embeddings"]
             batch, (n, d_model) = _batch_size(x), x.shape[-2:]
         if op == "embed":
-            return min(batch * n * d_model, per_item)
+            return (1 + RETURNED_EXTRA) * min(batch * n * d_model, per_item)
         d_out = _d_k(params, d_model) if op == "self-attention" else d_model
         weights = batch * params.get("n_heads", 1) * n * n * params.get("n_layers", 1)
-        output = batch * n * d_out
-    weights = min(weights, limits.max_weight_elements) * (4 if params.get("trace") else 1)
-    return weights + min(output, limits.max_weight_elements * limits.max_d_model)  # B*n_q*d_v of a valid item
+        output = min(batch * n * d_out, limits.max_weight_elements * limits.max_d_model)  # of a valid item
+    trace = params.get("trace", False)
+    weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
+    returned = (weights if trace or params.get("return_weights", True) else 0) + output
+    return weights + output + RETURNED_EXTRA * returned
 
 
 def _batch_size(*arrays: np.ndarray) -> int:

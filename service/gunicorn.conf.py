@@ -99,6 +99,8 @@ def on_exit(server):
 # tests/test_topology.py). Sending both at once also saves a syscall and a TCP segment per request.
 from gunicorn.http import wsgi as _wsgi  # noqa: E402
 
+ONE_WRITE_MAX = 1 << 20  # bodies up to this size are joined to the headers for one sendall
+
 
 class _Capture:
     """Stands in for the socket while gunicorn writes the headers, keeping the bytes."""
@@ -132,9 +134,9 @@ class OneWriteResponse(_wsgi.Response):
 
     def _emit_body(self, data):
         held, self._held = self._held, b""
-        if held and not self.chunked:
+        if held and not self.chunked and len(data) <= ONE_WRITE_MAX:
             return self.sock.sendall(held + data)
-        if held:
+        if held:  # a large body goes out in many segments anyway: no joining copy of it
             self.sock.sendall(held)
         return super()._emit_body(data)
 

@@ -3,8 +3,9 @@
 Defaults allow the paper's base model (d_model 512, d_ff 2048, 6 layers; up to 16 heads), and
 keep one request well inside a worker's memory and timeout: at most 2**20 attention weights
 (8 MiB as float64, ~20 MiB as JSON) and a 16 MiB body (~850k numbers, ~30 MiB once parsed).
-A batch holds at most 256 items, each within the limits above, and 2**25 computed numbers in all
-(256 MiB as float64): 256 items of (n=128, d_model=64, h=4) fit.
+A batch holds at most 256 items, each within the limits above, and a budget of 2**25 in all: each
+number computed counts 1 and each number returned 3 more, so an answer holds at most ~8 M numbers
+(~64 MiB of arrays, ~180 MB of JSON); 256 items of (n=128, d_model=64, h=4) without weights fit.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ DESCRIPTIONS = {
     "max_json_depth": "Nesting depth of the JSON body.",
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",
-    "max_batch_elements": "Numbers one POST /v1/batch may compute: the sum over its items of attention weights "
-                          "(B * h * n_q * n_k, times layers, times 4 with trace) plus outputs (413 above it).",
+    "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
+                          "B * h * n_q * n_k, times layers, times 4 with trace, plus outputs) plus 3 for each "
+                          "number they return (the answer takes the memory: ~8 M numbers at most) (413 above it).",
 }
 
 

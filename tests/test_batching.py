@@ -36,18 +36,20 @@ def test_a_failing_group_is_recomputed_one_by_one():
     assert isinstance(results[3], LimitExceeded)
 
 
-@pytest.mark.parametrize(("op", "body", "expected"), [
+@pytest.mark.parametrize(("op", "body", "expected"), [  # (computed + returned) + 3 * returned
     ("attention", {"query": np.ones((2, 3, 4)).tolist(), "key": np.ones((5, 4)).tolist(),
-                   "value": np.ones((5, 6)).tolist()}, 2 * 3 * 5 + 2 * 3 * 6),
-    ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "trace": True}, 4 * 1 + 1),
-    ("self-attention", {"tokens": ["cat"] * 3, "d_k": 2}, 3 * 3 + 3 * 2),
-    ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}, 2 * 2 * 9 + 2 * 3 * 4),
-    ("encoder", {"tokens": ["cat"] * 3, "d_model": 8, "n_heads": 2, "n_layers": 3}, 2 * 9 * 3 + 3 * 8),
-    ("embed", {"tokens": ["cat"] * 3, "d_model": 6}, 18),
-    ("positional-encoding", {"n_positions": 3, "d_model": 4}, 12),
-    ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, 1024 * 512),  # counted up to its limits
+                   "value": np.ones((5, 6)).tolist()}, 4 * (2 * 3 * 5 + 2 * 3 * 6)),
+    ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "trace": True}, 4 * (4 * 1 + 1)),
+    ("self-attention", {"tokens": ["cat"] * 3, "d_k": 2}, 4 * (3 * 3 + 3 * 2)),
+    ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}, 4 * (2 * 2 * 9 + 2 * 3 * 4)),
+    ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2, "return_weights": False},
+     2 * 2 * 9 + 4 * (2 * 3 * 4)),  # weights computed, not returned
+    ("encoder", {"tokens": ["cat"] * 3, "d_model": 8, "n_heads": 2, "n_layers": 3}, 4 * (2 * 9 * 3 + 3 * 8)),
+    ("embed", {"tokens": ["cat"] * 3, "d_model": 6}, 4 * 18),
+    ("positional-encoding", {"n_positions": 3, "d_model": 4}, 4 * 12),
+    ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, 4 * 1024 * 512),  # counted up to its limits
 ])
-def test_cost_is_weights_plus_outputs(op, body, expected):
+def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, body, expected):
     assert batching.cost(*load(op, body), Limits()) == expected
 
 

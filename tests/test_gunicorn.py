@@ -31,6 +31,13 @@ def test_multi_head_over_real_http(server, seed_script):
     np.testing.assert_allclose(response.json()["weights"], np.stack(heads), rtol=1e-12, atol=1e-15)
 
 
+def test_an_answer_of_megabytes_arrives_whole_over_real_http(server, seed_script):
+    """Past ONE_WRITE_MAX the headers and the body go in two sends (no joining copy): still one answer."""
+    response = requests.get(f"{server}/v1/positional-encoding?n_positions=1024&d_model=512", timeout=30)
+    assert len(response.content) > 1 << 20 and int(response.headers["Content-Length"]) == len(response.content)
+    np.testing.assert_allclose(response.json()["encoding"], seed_script.positional_encoding(1024, 512), rtol=1e-12)
+
+
 def test_limits_and_readiness_over_real_http(server):
     assert requests.get(f"{server}/v1/limits", timeout=10).json()["max_body_bytes"] == 4096
     assert requests.get(f"{server}/readyz", timeout=10).json() == {"status": "ready"}

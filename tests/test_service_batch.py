@@ -161,21 +161,31 @@ def test_max_batch_items_defaults_to_256_and_comes_from_the_environment(client, 
     assert create_app({"TESTING": True}).test_client().get("/v1/limits").get_json()["max_batch_items"] == 2
 
 
-MHA = {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}  # weights 2*2*3*3 = 36, output 2*3*4 = 24
+MHA = {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}  # weights 2*2*3*3 = 36, output 2*3*4 = 24: 4*60
 
 
 def test_max_batch_elements_at_and_past_the_boundary():
     items = {"requests": [{"id": str(i), "op": "multi-head-attention", "body": MHA} for i in range(3)]}
-    at = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=3 * 60)}).test_client()
+    at = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=3 * 240)}).test_client()
     assert [a["status"] for a in at.post("/v1/batch", json=items).get_json()["responses"]] == [200] * 3
-    past = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=3 * 60 - 1)}).test_client()
+    past = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=3 * 240 - 1)}).test_client()
     problem = assert_problem(past.post("/v1/batch", json=items), 413)
-    assert problem["limit"] == {"name": "max_batch_elements", "maximum": 179, "value": 180}
+    assert problem["limit"] == {"name": "max_batch_elements", "maximum": 719, "value": 720}
+
+
+def test_a_batch_whose_answer_would_not_fit_a_worker_is_refused_before_compute(client):
+    """9 items each returning a million weights (1024 tokens): ~200 MB of JSON and more to hold; the default
+    budget counts 4 per returned number and refuses it (31 such items answered 713 MB before)."""
+    words = ["the", "cat", "ate", "food", "it"] * 205
+    item = {"op": "self-attention", "body": {"tokens": words[:1024], "positional_encoding": True}}
+    problem = assert_problem(client.post("/v1/batch", json={"requests": [{"id": str(i), **item} for i in range(9)]}),
+                             413)
+    assert problem["limit"]["name"] == "max_batch_elements" and problem["limit"]["value"] > 2**25
 
 
 def test_an_item_past_its_own_limits_gets_its_422_and_counts_only_up_to_them():
-    # The big item counts 36 weights (its limit) + 36 outputs: 192 in all (210 if it counted fully).
-    client = create_app({"TESTING": True, "LIMITS": Limits(max_weight_elements=36, max_batch_elements=192)})
+    # The big item counts 4 * (36 weights (its limit) + 36 outputs) = 288 (360 if it counted fully): 768 in all.
+    client = create_app({"TESTING": True, "LIMITS": Limits(max_weight_elements=36, max_batch_elements=768)})
     huge = {**MHA, "embeddings": np.ones((3, 3, 4)).tolist()}  # 54 weights: past max_weight_elements alone
     answers = client.test_client().post("/v1/batch", json={"requests": [
         {"id": "a", "op": "multi-head-attention", "body": MHA}, {"id": "b", "op": "multi-head-attention", "body": huge},

@@ -44,7 +44,7 @@ class BatchTooLarge(ProblemError):
     problem_type = LIMIT_EXCEEDED
 
     def __init__(self, name: str, value: int, maximum: int) -> None:
-        super().__init__(f"The batch has {value} {'items' if name == 'max_batch_items' else 'numbers to compute'}; "
+        super().__init__(f"The batch has {value} {'items' if name == 'max_batch_items' else 'units of work'}; "
                          f"the limit {name} is {maximum} (see GET /v1/limits). Split it.",
                          limit={"name": name, "maximum": maximum, "value": value})
 
