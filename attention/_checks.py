@@ -31,6 +31,8 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
         raise AttentionError(name, f"expected a real numeric array, got dtype {array.dtype}")
     if array.ndim < min_rank:
         raise AttentionError(name, f"expected rank >= {min_rank}, got shape {array.shape}")
+    if array.size == 0:
+        raise AttentionError(name, f"expected no empty axis, got shape {array.shape}")
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise AttentionError(name, "values must be finite (no NaN or infinity)")
     return array

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import positive_int, seed_int
+from .errors import AttentionError
 from .functional import AttentionTrace, require_finite
 from .layers import CastCache, MultiHeadAttention
 
@@ -25,9 +26,17 @@ LAYER_SEED_STRIDE = 1000     # layer i of an Encoder is EncoderBlock(seed = seed
 
 
 def layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
-    """Normalise each row (last axis) to mean 0 and variance 1: unit scale, zero shift."""
-    mean = x.mean(axis=-1, keepdims=True)
-    var = x.var(axis=-1, keepdims=True)
+    """Normalise each row (last axis) to mean 0 and variance 1: unit scale, zero shift.
+
+    A row too large to square (|x| ~ 1e154 in float64, 1e19 in float32) has an infinite variance,
+    which would divide it to zeros: that is an error, not an answer.
+    """
+    x = np.asarray(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = x.mean(axis=-1, keepdims=True)
+        var = x.var(axis=-1, keepdims=True)
+    if not np.isfinite(var).all():
+        raise AttentionError("X", "the layer norm overflowed: input values are too large")
     return (x - mean) / np.sqrt(var + x.dtype.type(eps))
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,12 +48,17 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind not in "fiu" or x.dtype == bool:
         raise AttentionError("x", f"expected a real numeric array, got dtype {x.dtype}")
+    if x.ndim == 0:
+        raise AttentionError("x", "expected an array with at least one axis, got a scalar")
     if np.isnan(x).any() or np.isposinf(x).any():
         raise AttentionError("x", "values must not be NaN or +infinity (-infinity means 'masked')")
     x = x.astype(working_dtype(x), copy=False)
+    if x.size == 0:
+        return x.copy()
     peak = np.max(x, axis=axis, keepdims=True)
     peak[np.isneginf(peak)] = 0.0                      # fully masked slice: avoid -inf - -inf
-    e = np.exp(x - peak)
+    with np.errstate(over="ignore"):                   # x - peak may reach -inf: exp of it is an exact 0
+        e = np.exp(x - peak)
     total = np.sum(e, axis=axis, keepdims=True)
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
@@ -206,8 +212,11 @@ def _prepare(Q, K, V, mask, scale):
         mask = as_bool_mask(mask, "mask", (*batch, n_q, n_k))
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])            # variance of q.k grows with d_k; pull it back to ~1
-    elif isinstance(scale, bool) or not np.isfinite(scale):
+    elif isinstance(scale, bool | np.bool_) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
         raise AttentionError("scale", f"expected a finite number, got {scale!r}")
+    with np.errstate(over="ignore"):
+        if not np.isfinite(dtype.type(scale)):
+            raise AttentionError("scale", f"{scale!r} is beyond the range of {dtype}")
     return q, k, v, mask, float(scale)
 
 
@@ -229,10 +238,11 @@ def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_wei
     n_q, n_k = q.shape[-2], k.shape[-2]
     wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
     q = _flatten(q, batch)
-    if q_is_scratch and q.flags.writeable:
-        q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
-    else:
-        q = q * q.dtype.type(scale)
+    with np.errstate(over="ignore"):                    # an overflow here is reported with the scores
+        if q_is_scratch and q.flags.writeable:
+            q *= q.dtype.type(scale)                    # fold the scale into Q: n*d_k work, not n*n
+        else:
+            q = q * q.dtype.type(scale)
     out, weights = _attend(q, _flatten(k, batch), _flatten(v, batch), wrapped, causal, return_weights)
     out = out.reshape(*batch, n_q, v.shape[-1])
     if weights is not None:
@@ -304,11 +314,13 @@ def trace_attention(Q, K, V, mask=None, *, scale: float | None = None, causal: b
     allowed = np.ones((n_q, n_k), dtype=bool) if mask is None else mask
     if causal:
         allowed = allowed & np.tri(n_q, n_k, dtype=bool)
+    full = (*np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], allowed.shape[:-2]), n_q, n_k)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected and reported
-        scores = q @ k.swapaxes(-1, -2)                 # (..., n_q, n_k) raw similarity
-        scaled = (q * scale) @ k.swapaxes(-1, -2)       # (..., n_q, n_k); as the fast path, bit for bit
+        scores = np.broadcast_to(q @ k.swapaxes(-1, -2), full)            # (..., n_q, n_k) raw similarity
+        scaled = np.broadcast_to((q * scale) @ k.swapaxes(-1, -2), full)  # as the fast path, bit for bit
+        _require_finite_scores(scores)
         _require_finite_scores(scaled)
-        hidden = ~np.broadcast_to(allowed, scaled.shape)
+        hidden = ~np.broadcast_to(allowed, full)
         weights = np.where(hidden, -np.inf, scaled)     # -inf: softmax gives these exactly 0
         _softmax_rows_inplace(weights)
         output = weights @ v

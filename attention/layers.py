@@ -39,9 +39,12 @@ seeded_projections = ByteBudgetMemo(_draw_projections, lambda ws: 3 * ws[0].nbyt
 
 
 def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndarray:
-    """A caller-supplied weight matrix, checked for dtype, finiteness and shape."""
+    """A caller-supplied weight matrix, checked for dtype, finiteness and shape; a read-only float64
+    copy, so changing the caller's array later changes nothing here (nor the cached casts)."""
     array = as_real_array(value, name, 1)
     check_shape(array, name, shape, meaning)
+    array = np.array(array, dtype=np.float64)
+    array.flags.writeable = False
     return array
 
 
@@ -61,7 +64,12 @@ class CastCache:
 
     def get(self, dtype: np.dtype) -> dict[str, np.ndarray]:
         if dtype not in self._weights:
-            self._weights[dtype] = {k: w.astype(dtype) for k, w in self._weights[np.dtype(np.float64)].items()}
+            with np.errstate(over="ignore"):
+                cast = {k: w.astype(dtype) for k, w in self._weights[np.dtype(np.float64)].items()}
+            for name, weight in cast.items():
+                if not np.isfinite(weight).all():
+                    raise AttentionError(name, f"values beyond the range of {dtype}")
+            self._weights[dtype] = cast
         return self._weights[dtype]
 
 

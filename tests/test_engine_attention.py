@@ -210,3 +210,72 @@ def test_scores_overflowing_to_minus_infinity_are_not_taken_for_masked(dtype):
         attention.trace_attention(q, k, k)
     with pytest.raises(attention.AttentionError, match="overflow"):
         attention.SelfAttention(2, 2)(np.array([[1e200, 1], [1, 1]]))
+
+
+# --- found by an audit of the engine -------------------------------------------------------------
+def test_layer_norm_of_rows_too_large_to_square_is_an_error_not_zeros():
+    x = np.random.default_rng(0).normal(size=(1, 8))
+    with pytest.raises(attention.AttentionError, match="layer norm overflowed"):
+        attention.EncoderBlock(8, 2)(x * 1e154)
+    with pytest.raises(attention.AttentionError, match="layer norm overflowed"):
+        attention.layer_norm(np.array([1e200, -1e200]))
+
+
+def test_the_trace_checks_its_raw_scores_too():
+    with pytest.raises(attention.AttentionError, match="overflowed"):
+        attention.SelfAttention(8).trace(np.full((3, 8), 8e18, np.float32))
+
+
+def test_the_trace_broadcasts_like_the_fast_path_over_the_batch_of_value_and_mask():
+    rng = np.random.default_rng(1)
+    q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(2, 5, 6))
+    for mask in (None, rng.random((2, 3, 5)) < 0.7):
+        trace = attention.trace_attention(q, k, v, mask)
+        output, weights = attention.scaled_dot_product_attention(q, k, v, mask)
+        assert trace.weights.shape == weights.shape == (2, 3, 5)
+        np.testing.assert_array_equal(trace.weights, weights)
+        np.testing.assert_array_equal(trace.output, output)
+
+
+def test_extreme_but_legal_values_raise_no_numpy_warning():
+    rng = np.random.default_rng(2)
+    q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(attention.softmax([1.7e308, -1.7e308]), [1.0, 0.0])
+        attention.scaled_dot_product_attention(q, k, v, scale=1e300)
+        with pytest.raises(attention.AttentionError, match="scale: 1e\\+39 is beyond the range of float32"):
+            attention.scaled_dot_product_attention(*(a.astype(np.float32) for a in (q, k, v)), scale=1e39)
+        heads = {name: rng.normal(size=(2, 8, 4)) for name in ("w_q", "w_k", "w_v")}
+        layer = attention.MultiHeadAttention(8, 2, **heads, w_o=rng.normal(size=(8, 8)) * 1e39)
+        with pytest.raises(attention.AttentionError, match="w_o: values beyond the range of float32"):
+            layer(rng.normal(size=(3, 8)).astype(np.float32))
+
+
+@pytest.mark.parametrize(("call", "argument"), [
+    (lambda: attention.scaled_dot_product_attention(np.zeros((0, 4)), np.ones((2, 4)), np.ones((2, 3))), "query"),
+    (lambda: attention.scaled_dot_product_attention(np.ones((2, 0)), np.ones((2, 0)), np.ones((2, 3))), "query"),
+    (lambda: attention.scaled_dot_product_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 3)), scale="2"),
+     "scale"),
+    (lambda: attention.scaled_dot_product_attention(np.ones((2, 4)), np.ones((2, 4)), np.ones((2, 3)), scale=1j),
+     "scale"),
+    (lambda: attention.softmax(3.0), "x"),
+])
+def test_invalid_arguments_are_attention_errors_naming_them(call, argument):
+    with pytest.raises(attention.AttentionError) as raised:
+        call()
+    assert raised.value.argument == argument
+
+
+def test_softmax_of_an_empty_array_is_empty():
+    assert attention.softmax(np.zeros((2, 0))).shape == (2, 0)
+
+
+def test_explicit_weights_are_copied_so_later_changes_to_them_change_nothing():
+    rng = np.random.default_rng(3)
+    w, x = rng.normal(size=(8, 4)), rng.normal(size=(3, 8))
+    layer = attention.SelfAttention(8, 4, w_q=w, w_k=w, w_v=w)
+    before, before32 = layer(x)[0], layer(x.astype(np.float32))[0]
+    w *= 2
+    np.testing.assert_array_equal(layer(x)[0], before)
+    np.testing.assert_array_equal(layer(x.astype(np.float32))[0], before32)
