@@ -123,7 +123,7 @@ def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
             pass
         else:
             metrics.record(held)
-            return [_take(result, i) for i in range(len(jobs))]
+            return _split(result, len(jobs))
     return [_alone(job, limits) for job in jobs]
 
 
@@ -150,13 +150,16 @@ def _lead(array: np.ndarray, rank: int) -> np.ndarray:
     return array.reshape((1,) * (rank - array.ndim) + array.shape) if array.ndim < rank else array
 
 
-def _take(result: Any, i: int) -> Any:
-    """Item ``i`` of a stacked result: arrays indexed on the group axis, structure kept."""
+def _split(result: Any, count: int) -> list[Any]:
+    """The ``count`` items of a stacked result: every array split along the group axis at once
+    (views), the structure of dicts and lists kept, anything else shared by every item."""
     if isinstance(result, dict):
-        return {key: _take(value, i) for key, value in result.items()}
+        parts = {key: _split(value, count) for key, value in result.items()}
+        return [{key: part[i] for key, part in parts.items()} for i in range(count)]
     if isinstance(result, list):
-        return [_take(value, i) for value in result]
-    return result[i] if isinstance(result, np.ndarray) else result
+        parts = [_split(value, count) for value in result]
+        return [[part[i] for part in parts] for i in range(count)]
+    return list(result) if isinstance(result, np.ndarray) else [result] * count
 
 
 _PLAIN = frozenset({bool, int, str, type(None)})  # hashable, and equal only when the same value

@@ -94,3 +94,12 @@ def test_a_d_model_that_differs_from_the_embeddings_fails_its_item_in_any_order(
         results = batching.run(items, Limits())
         assert isinstance(results[bad_at], ValidationProblem), results[bad_at]
         assert not isinstance(results[1 - bad_at], Exception)
+
+
+def test_a_stacked_result_splits_into_items_keeping_its_structure():
+    stacked = {"output": np.arange(6).reshape(3, 2), "weights": None,
+               "layers": [{"weights": np.ones((3, 1, 1)) * np.arange(3)[:, None, None]}], "empty": []}
+    items = batching._split(stacked, 3)
+    assert len(items) == 3 and [item["output"].tolist() for item in items] == [[0, 1], [2, 3], [4, 5]]
+    assert all(item["weights"] is None and item["empty"] == [] for item in items)
+    assert [item["layers"][0]["weights"].tolist() for item in items] == [[[0.0]], [[1.0]], [[2.0]]]
