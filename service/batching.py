@@ -114,8 +114,9 @@ def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
     """Results of jobs sharing a key: stacked in one compute call, or one by one."""
     if len(jobs) > 1:
         first = jobs[0]
-        # Each item was within max_weight_elements iff the stack is within G times it (same shapes).
-        group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs))
+        # Each item was within the size limits iff the stack is within G times them (same shapes).
+        group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs),
+                                           max_output_elements=limits.max_output_elements * len(jobs))
         try:
             with metrics.unrecorded() as held:  # counted only if kept: a failed stack is recomputed item by item
                 result = compute.ENDPOINTS[first.op].compute(_merge(jobs), group_limits)

@@ -103,3 +103,13 @@ def test_a_stacked_result_splits_into_items_keeping_its_structure():
     assert len(items) == 3 and [item["output"].tolist() for item in items] == [[0, 1], [2, 3], [4, 5]]
     assert all(item["weights"] is None and item["empty"] == [] for item in items)
     assert [item["layers"][0]["weights"].tolist() for item in items] == [[[0.0]], [[1.0]], [[2.0]]]
+
+
+def test_a_stack_within_g_times_every_size_limit_is_computed_as_one_call(monkeypatch):
+    """Each item is within max_output_elements; their stack must not be refused for being G times that."""
+    rng = np.random.default_rng(5)
+    items = [load("attention", {"query": rng.normal(size=(2, 3, 2)).tolist(), "key": [[1.0, 0.0]],
+                                "value": rng.normal(size=(1, 4)).tolist()}) for _ in range(8)]
+    monkeypatch.setattr(batching, "_alone", lambda job, limits: pytest.fail("computed alone"))
+    results = batching.run(items, Limits(max_output_elements=2 * 3 * 4))
+    assert [result["output"].shape for result in results] == [(2, 3, 4)] * 8
