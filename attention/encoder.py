@@ -31,10 +31,14 @@ def layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
     A row too large to square (|x| ~ 1e154 in float64, 1e19 in float32) has an infinite variance,
     which would divide it to zeros: that is an error, not an answer.
     """
-    x = np.asarray(x)
     with np.errstate(over="ignore", invalid="ignore"):
-        mean = x.mean(axis=-1, keepdims=True)
-        var = x.var(axis=-1, keepdims=True)
+        return _layer_norm(np.asarray(x), eps)
+
+
+def _layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
+    """:func:`layer_norm` for callers already inside ``np.errstate`` (one context per block, not per norm)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True)
     if not np.isfinite(var).all():
         raise AttentionError("X", "the layer norm overflowed: input values are too large")
     return (x - mean) / np.sqrt(var + x.dtype.type(eps))
@@ -79,9 +83,9 @@ class EncoderBlock:
     def _after_attention(self, X, attended: np.ndarray):
         """add & norm -> feed-forward -> add & norm; returns the three stages, each (..., n, d_model)."""
         with np.errstate(over="ignore", invalid="ignore"):               # overflow is reported below
-            first = layer_norm(np.asarray(X, dtype=attended.dtype) + attended)   # add & norm
+            first = _layer_norm(np.asarray(X, dtype=attended.dtype) + attended)  # add & norm
             feed_forward = self.feed_forward(first)
-            output = layer_norm(first + feed_forward)                        # add & norm
+            output = _layer_norm(first + feed_forward)                        # add & norm
         require_finite(output, "X")
         return first, feed_forward, output
 

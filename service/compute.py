@@ -64,15 +64,14 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     -> output (B?, n_q, d_v), weights (B?, n_q, n_k), trace {scores, scaled_scores, masked_scores, weights}.
     """
     q, k, v = (_cast(params[name], params["dtype"], name) for name in ("query", "key", "value"))
-    if params["scale"] is not None:  # 1e39 is a float64 but not a float32: it would turn every score into inf
-        _cast(np.float64(params["scale"]), params["dtype"], "scale")
     mask = params["mask"]
     for name, array in (("query", q), ("key", k), ("value", v)):
         limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
         limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
     batch = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None)
-    limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("value"))
     _check_elements(params, batch * q.shape[-2] * k.shape[-2], limits, pointer("query"))
+    # B * n_q * d_v: mostly the batch of queries (over one shared key and value) makes it large
+    limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("query"))
     options = {"scale": params["scale"], "causal": params["causal"]}
     return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
                                                                             **options),

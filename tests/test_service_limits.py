@@ -44,7 +44,7 @@ def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> di
     ({"max_weight_elements": 12}, "/v1/attention", attention_of(2, 3, batch=2), attention_of(2, 4, batch=2),
      "max_weight_elements", "/query"),
     ({"max_output_elements": 12}, "/v1/attention", attention_of(2, 2, d=3, batch=2), attention_of(2, 2, d=4, batch=2),
-     "max_output_elements", "/value"),
+     "max_output_elements", "/query"),
     ({"max_heads": 2}, "/v1/multi-head-attention", {"tokens": ["cat"], "n_heads": 2},
      {"tokens": ["cat"], "n_heads": 4}, "max_heads", "/n_heads"),
     ({"max_weight_elements": 2 * 2 * 9}, "/v1/encoder", {"tokens": ["cat"] * 3, "n_heads": 2, "n_layers": 2},

@@ -210,7 +210,7 @@ OVERSIZE = {
     "output elements": ({"max_output_elements": 8}, SDPA,  # B x n_q x d_v = 5 x 1 x 2: one key and value, 5 queries
                         {"inputs": [tensor("query", np.ones((5, 1, 4))), tensor("key", np.ones((1, 4))),
                                     tensor("value", np.ones((1, 2)))]},
-                        "input 'value': 10 exceeds the limit max_output_elements=8"),
+                        "input 'query': 10 exceeds the limit max_output_elements=8"),
     "json depth": ({"max_json_depth": 3}, SDPA, {"inputs": QKV}, "request: 5 exceeds the limit max_json_depth=3"),
 }
 
