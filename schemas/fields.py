@@ -41,11 +41,12 @@ def strict_int(minimum: int = 1, maximum: int | None = None, **kwargs: Any) -> f
 
 
 class QueryInteger(fields.Integer):
-    """An integer from the query string, written in ASCII digits: ``int()`` would also take ``1_000``,
-    ``+3``, `` 3`` or full-width and other scripts' digits."""
+    """An integer from the query string, written in ASCII digits (a leading minus is left to the range
+    rule to refuse): ``int()`` would also take ``1_000``, ``+3``, `` 3`` or other scripts' digits."""
 
     def _validated(self, value: Any) -> int:
-        if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        digits = value.removeprefix("-") if isinstance(value, str) else None
+        if digits is not None and not (digits.isascii() and digits.isdigit()):
             raise self.make_error("invalid")
         return super()._validated(value)
 

@@ -76,7 +76,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     expected in [0, 1] (the caller checks). ``annotate`` writes each value in its cell with
     ``decimals`` decimals; None means "when the cells are large enough to read".
     """
-    written = np.asarray(weights)                              # its dtype decides how a value is written
+    written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
     weights = written.astype(np.float64, copy=False)
     panels = weights[None] if weights.ndim == 2 else weights  # (p, n_q, n_k)
     p, n_q, n_k = panels.shape

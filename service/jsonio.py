@@ -192,7 +192,7 @@ def _round(values: Any, decimals: int) -> Any:
     digits past the point to drop, so it stays as it is instead of becoming inf or NaN (JSON null)."""
     with np.errstate(over="ignore", invalid="ignore"):
         rounded = np.round(values, decimals)
-    overflowed = ~np.isfinite(rounded) & np.isfinite(values)
-    if not overflowed.any():
+    if np.isfinite(rounded).all():  # nearly always: one pass
         return rounded
+    overflowed = ~np.isfinite(rounded) & np.isfinite(values)
     return np.where(overflowed, values, rounded)[()]  # [()]: a scalar stays a scalar

@@ -107,3 +107,8 @@ def test_readable_sizes_from_2_to_64_tokens(n):
     fonts = {float(t.get("font-size")) for t in root.iter(SVG_NS + "text")}
     assert 14 <= cell <= 44 and min(fonts) >= 9
     assert float(root.get("width")) <= 1400  # 64 tokens still fit a screen at 1:1
+
+
+def test_any_memory_layout_is_drawn():
+    weights = causal_weights(2, 4)
+    assert parse(render_heatmap(weights.transpose(0, 2, 1))) is not None  # a non-contiguous view

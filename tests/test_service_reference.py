@@ -75,3 +75,10 @@ def test_health_and_readiness(client, monkeypatch):
     monkeypatch.setattr("attention.scaled_dot_product_attention", broken)
     assert_problem(client.get("/readyz"), 503)
     assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(("size", "detail"), [("-1", "Must be greater than or equal to 1."),
+                                              ("+3", "Not a valid integer."), ("1_000", "Not a valid integer.")])
+def test_query_integers_are_ascii_digits_and_their_range_is_named(client, size, detail):
+    problem = assert_problem(client.get(f"/v1/causal-mask?size={size}"), 422, "size")
+    assert problem["errors"][0]["detail"] == detail
