@@ -93,8 +93,8 @@ def on_exit(server):
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-# One sendall per response: gunicorn writes the status line and headers, then the body, in two
-# writes. A replica killed between them leaves nginx holding headers it already passed on, so it
+# One sendall per response (bodies up to ONE_WRITE_MAX): gunicorn writes the status line and headers,
+# then the body, in two writes. A replica killed between them leaves nginx holding headers it already passed on, so it
 # can no longer retry the request elsewhere (the client sees a truncated response; seen in
 # tests/test_topology.py). Sending both at once also saves a syscall and a TCP segment per request.
 from gunicorn.http import wsgi as _wsgi  # noqa: E402
