@@ -51,7 +51,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         raise AttentionError("x", f"expected a real numeric array, got dtype {x.dtype}")
     if x.ndim == 0:
         raise AttentionError("x", "expected an array with at least one axis, got a scalar")
-    if np.isnan(x).any() or np.isposinf(x).any():
+    if not (x < np.inf).all():                          # NaN or +inf (one pass)
         raise AttentionError("x", "values must not be NaN or +infinity (-infinity means 'masked')")
     x = x.astype(working_dtype(x), copy=False)
     if x.size == 0:
@@ -89,7 +89,7 @@ def _scores_may_overflow(q: np.ndarray, k: np.ndarray) -> bool:
     large enough to need it. Python floats make the bound itself immune to overflow.
     """
     bound = float(np.abs(q).max(initial=0)) * float(np.abs(k).max(initial=0)) * q.shape[-1]
-    return not bound < float(np.finfo(q.dtype).max) / 4
+    return not bound < _LARGEST[q.dtype] / 4
 
 
 def _require_finite_scores(scores: np.ndarray) -> None:
@@ -195,6 +195,11 @@ def _attend_tiles(q, k, v, mask, causal, return_weights):
 # ---------------------------------------------------------------------------
 # argument handling shared by the public entry points
 # ---------------------------------------------------------------------------
+def default_scale(d_k: int) -> float:
+    """1/sqrt(d_k): dot products of d_k-dim vectors have variance ~d_k; this pulls it back to ~1."""
+    return 1.0 / math.sqrt(d_k)
+
+
 def _prepare(Q, K, V, mask, scale):
     """Checked same-dtype q, k, v (batch axes that broadcast), the checked mask and the scale."""
     q = as_real_array(Q, "query", 2)
@@ -216,7 +221,7 @@ def _prepare(Q, K, V, mask, scale):
     if mask is not None:
         mask = as_bool_mask(mask, "mask", (*batch, n_q, n_k))
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])            # variance of q.k grows with d_k; pull it back to ~1
+        scale = default_scale(q.shape[-1])
     elif isinstance(scale, bool | np.bool_) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
         raise AttentionError("scale", f"expected a finite number, got {scale!r}")
     if abs(scale) > _LARGEST[dtype]:

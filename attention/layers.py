@@ -19,7 +19,14 @@ import numpy as np
 from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, working_dtype
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
-from .functional import AttentionTrace, attend, require_finite, scaled_dot_product_attention, trace_attention
+from .functional import (
+    AttentionTrace,
+    attend,
+    default_scale,
+    require_finite,
+    scaled_dot_product_attention,
+    trace_attention,
+)
 
 WEIGHT_STD = 0.5      # the seed script's scale for every random projection
 OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
@@ -108,7 +115,7 @@ class SelfAttention:
             return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
                                                 return_weights=return_weights)
         mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
-        return attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal, return_weights=return_weights,
+        return attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
                       q_is_scratch=True)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
@@ -212,7 +219,7 @@ class MultiHeadAttention:
         """
         q, k, v = self._project(X)
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
-        heads, weights = attend(q, k, v, mask, scale=_default_scale(self.d_k), causal=causal,
+        heads, weights = attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
                                 return_weights=return_weights, q_is_scratch=True)
         return self._mix(heads), weights
 
@@ -222,11 +229,6 @@ class MultiHeadAttention:
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
         stages = trace_attention(q, k, v, mask, causal=causal)
         return AttentionTrace(**{**stages.__dict__, "output": self._mix(stages.output), "q": q, "k": k, "v": v})
-
-
-def _default_scale(d_k: int) -> float:
-    """1/sqrt(d_k): dot products of d_k-dim vectors have variance ~d_k; this pulls it back to ~1."""
-    return 1.0 / float(np.sqrt(d_k))
 
 
 def _layer_mask(mask, batch: tuple[int, ...], n: int, *, per_head: bool, n_heads: int = 1):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from schemas.fields import strict_bool
+from schemas.fields import strict_bool, strict_int
 
 
 class OutputOptions(Schema):
@@ -13,7 +13,7 @@ class OutputOptions(Schema):
     dtype = fields.String(load_default="float64", validate=validate.OneOf(["float64", "float32"]),
                           metadata={"description": "Inputs are cast to this dtype before compute, so the "
                                                    "engine runs in that precision."})
-    decimals = fields.Integer(strict=True, load_default=None, validate=validate.Range(0, 15),
+    decimals = strict_int(0, 15, load_default=None,
                               metadata={"description": "Round every number of the answer to this many "
                                                        "decimals (at serialisation only)."})
 

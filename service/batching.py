@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 from collections.abc import Hashable
 from typing import Any
 
@@ -198,7 +197,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
     if op == "attention":
         q, k, v = params["query"], params["key"], params["value"]
-        batch = _batch_size(q, k, v)
+        batch = compute.batch_size(q, k, v)
         weights = batch * q.shape[-2] * k.shape[-2]
         output = min(batch * q.shape[-2] * v.shape[-1], limits.max_output_elements)
     else:
@@ -206,25 +205,13 @@ def cost(op: str, params: Params, limits: Limits) -> int:
             batch, n, d_model = 1, len(params["tokens"]), params.get("d_model", 4)
         else:
             x = params["embeddings"]
-            batch, (n, d_model) = _batch_size(x), x.shape[-2:]
+            batch, (n, d_model) = compute.batch_size(x), x.shape[-2:]
         if op == "embed":
             return (1 + RETURNED_EXTRA) * min(batch * n * d_model, per_item)
-        d_out = _d_k(params, d_model) if op == "self-attention" else d_model
+        d_out = (compute.width_of_self_attention(params) or d_model) if op == "self-attention" else d_model
         weights = batch * params.get("n_heads", 1) * n * n * params.get("n_layers", 1)
         output = min(batch * n * d_out, limits.max_weight_elements * limits.max_d_model)  # of a valid item
     trace = params.get("trace", False)
     weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
     returned = (weights if trace or params.get("return_weights", True) else 0) + output
     return weights + output + RETURNED_EXTRA * returned
-
-
-def _batch_size(*arrays: np.ndarray) -> int:
-    """Largest product of leading axes (the batch the engine broadcasts to, for valid inputs)."""
-    return max(math.prod(a.shape[:-2]) for a in arrays)
-
-
-def _d_k(params: Params, d_model: int) -> int:
-    """Self-attention's output width: d_k, or the explicit W_q's, or d_model."""
-    weights = params.get("weights")
-    return params.get("d_k") or (weights["w_q"].shape[-1] if weights else d_model)
-

@@ -28,8 +28,9 @@ Result = dict[str, Any]
 
 
 def _cast(array: np.ndarray, dtype: str, name: str) -> np.ndarray:
-    """The input in the requested precision; values that overflow float32 are refused."""
-    if dtype == "float64":
+    """The input in the requested precision; values that overflow float32 are refused. An array that
+    is float32 already (a v2 FP32 tensor, checked finite when decoded) is used as it is: no copy."""
+    if dtype == "float64" or array.dtype == np.float32:
         return array
     with np.errstate(over="ignore"):
         cast = array.astype(np.float32)
@@ -38,7 +39,7 @@ def _cast(array: np.ndarray, dtype: str, name: str) -> np.ndarray:
     return cast
 
 
-def _batch(*arrays: np.ndarray | None, core: int = 2) -> int:
+def batch_size(*arrays: np.ndarray | None, core: int = 2) -> int:
     """Largest product of leading (batch/head) axes among the arrays, core axes excluded."""
     return max(math.prod(a.shape[:-core]) for a in arrays if a is not None)
 
@@ -68,7 +69,7 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     for name, array in (("query", q), ("key", k), ("value", v)):
         limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
         limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
-    batch = _batch(q, k, v, mask if mask is not None and mask.ndim > 2 else None)
+    batch = batch_size(q, k, v, mask if mask is not None and mask.ndim > 2 else None)
     _check_elements(params, batch * q.shape[-2] * k.shape[-2], limits, pointer("query"))
     # B * n_q * d_v: mostly the batch of queries (over one shared key and value) makes it large
     limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("query"))
@@ -136,7 +137,7 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
     mask = params["mask"]
     if mask is not None and per_head_mask and mask.ndim == x.ndim + 1:
         mask = mask[..., 0, :, :]                                   # drop the head axis (a view)
-    batch = _batch(x, mask if mask is not None and mask.ndim > 2 else None)
+    batch = batch_size(x, mask if mask is not None and mask.ndim > 2 else None)
     _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
 
 
@@ -168,11 +169,17 @@ def _weights(params: Params) -> dict[str, np.ndarray]:
     return {name: _cast(w, params["dtype"], f"weights.{name}") for name, w in (params.get("weights") or {}).items()}
 
 
+def width_of_self_attention(params: Params) -> int | None:
+    """Self-attention's d_k: given, else the explicit W_q's, else None (the engine's default, d_model)."""
+    weights = params.get("weights")
+    return params.get("d_k") or (weights["w_q"].shape[-1] if weights else None)
+
+
 def compute_self_attention(params: Params, limits: Limits) -> Result:
     """One head: X (B?, n, d_model) -> output (B?, n, d_k), weights (B?, n, n), trace adds q, k, v."""
     x = sentence(params, limits)
     weights = _weights(params)
-    d_k = params.get("d_k") or (weights["w_q"].shape[-1] if weights else None)
+    d_k = width_of_self_attention(params)
     limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
     _check_weights(x, params, 1, limits)
     layer = engine.SelfAttention(x.shape[-1], d_k, params["seed"], **weights)

@@ -24,7 +24,6 @@ VALIDATION = TYPE_BASE + "validation"
 LIMIT_EXCEEDED = TYPE_BASE + "limit-exceeded"
 MALFORMED_JSON = TYPE_BASE + "malformed-json"
 UNKNOWN_TOKEN = TYPE_BASE + "unknown-token"
-NOT_FINITE = TYPE_BASE + "not-finite"
 
 log = logging.getLogger(__name__)
 

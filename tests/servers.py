@@ -14,7 +14,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,17 +24,13 @@ from pathlib import Path
 import requests
 import yaml
 
+from service.launch import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 NGINX_CONF = (ROOT / "deploy" / "nginx.conf").read_text()
 START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:

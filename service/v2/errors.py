@@ -61,8 +61,7 @@ def handle_http_exception(error: HTTPException) -> Response:
     if error.code is None or error.code >= 500:
         return problems.handle_http_exception(error)
     response = error_response(error.code if error.code in KEPT_STATUSES else 400, message(error))
-    if error.code == 405:
-        response.headers["Allow"] = ", ".join(getattr(error, "valid_methods", None) or [])
+    response.headers.update({k: v for k, v in error.get_headers() if k.lower() != "content-type"})  # e.g. Allow
     return response
 
 
@@ -80,7 +79,7 @@ def handle_unrouted(error: HTTPException) -> Response:
 def handle_attention_error(error: ValueError) -> Response:
     """The engine's argument errors (shapes that do not fit together), naming the input."""
     argument = str(getattr(error, "argument", ""))
-    return error_response(400, f"{describe('/' + argument)}: {str(error).removeprefix(argument + ': ')}")
+    return error_response(400, f"{describe('/' + argument)}: {getattr(error, 'detail', error)}")
 
 
 def register(blp: Blueprint) -> None:

@@ -67,11 +67,11 @@ def infer(model: Model, header: Any, binary: memoryview, limits: Limits) -> tupl
     request = _load(_REQUEST, header, "")
     if request.get("model_name", model.name) != model.name:
         raise ProtocolError(f"model_name {request['model_name']!r} is not the model of the path, {model.name!r}.")
-    parameters = _load(model.parameters(), request["parameters"], "/parameters")
+    parameters = _load(model.parameters, request["parameters"], "/parameters")
     binary_default = parameters.pop("binary_data_output")
     inputs, datatypes = decode_inputs(model, request["inputs"], BinaryReader(binary))
     wanted = requested_outputs(model, request, binary_default)
-    result = model.run(inputs, parameters, options(inputs, datatypes, "weights" in wanted), limits)
+    result = model.run(inputs, parameters, options(datatypes, "weights" in wanted), limits)
     outputs, chunks = [], []
     for name, as_binary in wanted.items():
         output, raw = encode(name, result[name], as_binary)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from marshmallow import Schema
 
+from schemas.attention import BATCHABLE
 from schemas.v2 import AttentionParameters, MultiHeadParameters
 from service import compute
 from service.limits import Limits
@@ -33,7 +34,7 @@ class Model:
     description: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    parameters: type[Schema]
+    parameters: Schema  # one instance, reused by every request
     run: Callable[[Arrays, dict[str, Any], dict[str, Any], Limits], compute.Result]
 
     def metadata(self) -> dict[str, Any]:
@@ -43,7 +44,7 @@ class Model:
                 "outputs": [spec.metadata() for spec in self.outputs]}
 
 
-def options(inputs: Arrays, datatypes: dict[str, str], return_weights: bool) -> dict[str, Any]:
+def options(datatypes: dict[str, str], return_weights: bool) -> dict[str, Any]:
     """v1 compute options: the float inputs' common datatype sets the precision."""
     floats = {name: datatype for name, datatype in datatypes.items() if datatype in FLOATS}
     if len(set(floats.values())) > 1:
@@ -63,7 +64,6 @@ def _multi_head(inputs: Arrays, parameters: dict[str, Any], opts: dict[str, Any]
     return compute.compute_multi_head(params, limits)
 
 
-BATCHABLE = (2, 3)
 MODELS = {model.name: model for model in (
     Model(
         "scaled_dot_product_attention",
@@ -76,7 +76,7 @@ MODELS = {model.name: model for model in (
          TensorSpec("mask", ("BOOL",), (1, 2, 3), "broadcastable to [B, n_q, n_k]", required=False)),
         (TensorSpec("output", FLOATS, BATCHABLE, "[n_q, d_v] or [B, n_q, d_v]"),
          TensorSpec("weights", FLOATS, BATCHABLE, "[n_q, n_k] or [B, n_q, n_k]")),
-        AttentionParameters, _attention),
+        AttentionParameters(), _attention),
     Model(
         "multi_head_attention",
         "Multi-head self-attention with the seeded weights, as POST /v1/multi-head-attention. Parameters: "
@@ -85,5 +85,5 @@ MODELS = {model.name: model for model in (
         (TensorSpec("embeddings", FLOATS, BATCHABLE, "[n, d_model] or [B, n, d_model]"),),
         (TensorSpec("output", FLOATS, BATCHABLE, "[n, d_model] or [B, n, d_model]"),
          TensorSpec("weights", FLOATS, (3, 4), "[h, n, n] or [B, h, n, n]")),
-        MultiHeadParameters, _multi_head),
+        MultiHeadParameters(), _multi_head),
 )}
