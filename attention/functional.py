@@ -19,6 +19,7 @@ Shapes: Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v); the leading "..
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -33,6 +34,9 @@ from .errors import AttentionError
 # passes and weights @ V; large enough that BLAS gets matmuls worth splitting over its threads
 # (measured at (4,1024,512,8) with 2 threads: 4 MiB tiles 10-30% faster than 1 MiB, equal with 1).
 TILE_BYTES = 4 << 20
+# Below this many cells a numpy call costs about the same whatever the size: small problems take the
+# simple way (check every score, keep their causal mask) where large ones must save passes and memory.
+SMALL_CELLS = 1 << 14
 _LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float32, np.float64)}  # per working dtype
 
 
@@ -71,14 +75,18 @@ def _softmax_rows_inplace(tile: np.ndarray) -> None:
     only come from scores that overflowed: that is the caller's input, reported as such.
     """
     peak = tile.max(axis=-1, keepdims=True)             # (..., t, 1)
-    if not np.isfinite(peak).all():
+    empty_rows = not np.isfinite(peak).all()
+    if empty_rows:
         if np.isnan(peak).any() or np.isposinf(peak).any():
             raise AttentionError("query", "the attention scores overflowed: input values are too large")
         peak[np.isneginf(peak)] = 0.0                   # rows with every key masked
     tile -= peak
     np.exp(tile, out=tile)
-    total = tile.sum(axis=-1, keepdims=True)            # (..., t, 1)
-    np.divide(1.0, total, out=total, where=total > 0)   # rows of zeros stay zero
+    total = tile.sum(axis=-1, keepdims=True)            # (..., t, 1): >= 1 in a row with a finite peak
+    if empty_rows:
+        np.divide(1.0, total, out=total, where=total > 0)   # rows of zeros stay zero
+    else:
+        np.reciprocal(total, out=total)
     tile *= total
 
 
@@ -137,16 +145,30 @@ def _tiles(groups: int, n_q: int, n_k: int, itemsize: int):
         yield slice(g0, min(g0 + group_step, groups)), slice(q0, min(q0 + rows, n_q))
 
 
-def _allowed_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, causal: bool):
-    """Allowed cells of one tile, broadcastable to (g, t, n_k); None when every cell is allowed."""
-    allowed = None
+
+
+@functools.lru_cache(maxsize=64)
+def _future_cached(first_query: int, queries: int, keys: int) -> np.ndarray:
+    hidden = _future(first_query, queries, keys)
+    hidden.flags.writeable = False                      # shared by every later call
+    return hidden
+
+
+def _future(first_query: int, queries: int, keys: int) -> np.ndarray:
+    """(queries, keys): True where key j comes after query ``first_query + i``, what causal attention hides."""
+    return ~np.tri(queries, keys, k=first_query, dtype=bool)
+
+
+def _hidden_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, causal: bool):
+    """Cells of one tile to hide, broadcastable to (g, t, n_k); None when every cell is allowed."""
+    hidden = None
     if causal:                                          # key j visible to query i iff j <= i
-        q_idx = np.arange(queries.start, queries.stop)[:, None]
-        allowed = q_idx >= np.arange(n_k)[None, :]      # (t, n_k)
+        shape = (queries.start, queries.stop - queries.start, n_k)
+        hidden = _future_cached(*shape) if shape[1] * n_k <= SMALL_CELLS else _future(*shape)
     if mask is not None:
-        user = mask.tile(groups, queries)
-        allowed = user if allowed is None else (user & allowed)
-    return allowed
+        user = ~mask.tile(groups, queries)
+        hidden = user if hidden is None else (user | hidden)
+    return hidden
 
 
 def _attend(q, k, v, mask, causal: bool, return_weights: bool, *, scale: float, q_is_scratch: bool):
@@ -171,7 +193,9 @@ def _attend_tiles(q, k, v, mask, causal, return_weights):
     k_t = k.swapaxes(-1, -2)                            # (G, d_k, n_k), a view
     output = np.empty((groups, n_q, d_v), dtype=q.dtype)
     weights = np.empty((groups, n_q, n_k), dtype=q.dtype) if return_weights else None
-    check_scores = _scores_may_overflow(q, k)
+    # Looking at every score tile costs a pass over it; the bound costs a pass over q and k and
+    # nearly always proves no score can overflow: take the cheaper.
+    check_scores = groups * n_q * n_k <= max(SMALL_CELLS, q.size + k.size) or _scores_may_overflow(q, k)
     scratch = None
     for gs, qs in _tiles(groups, n_q, n_k, q.itemsize):
         if weights is not None:
@@ -184,9 +208,9 @@ def _attend_tiles(q, k, v, mask, causal, return_weights):
         np.matmul(q[gs, qs], k_t[gs], out=tile)         # (g, t, n_k) scaled scores
         if check_scores:
             _require_finite_scores(tile)
-        allowed = _allowed_tile(mask, gs, qs, n_k, causal)
-        if allowed is not None:
-            np.copyto(tile, -np.inf, where=~allowed)    # -inf, not 0: 0 is an ordinary score
+        hidden = _hidden_tile(mask, gs, qs, n_k, causal)
+        if hidden is not None:
+            np.copyto(tile, -np.inf, where=hidden)      # -inf, not 0: 0 is an ordinary score
         _softmax_rows_inplace(tile)
         np.matmul(tile, v[gs], out=output[gs, qs])      # (g, t, d_v) weighted blend of values
     return output, weights
