@@ -182,9 +182,7 @@ def _attend(q, k, v, mask, causal: bool, return_weights: bool, *, scale: float, 
             q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
         else:
             q = q * q.dtype.type(scale)
-        output, weights = _attend_tiles(q, k, v, mask, causal, return_weights)
-    require_finite(output, "value")
-    return output, weights
+        return _attend_tiles(q, k, v, mask, causal, return_weights)
 
 
 def _attend_tiles(q, k, v, mask, causal, return_weights):
@@ -254,20 +252,23 @@ def _prepare(Q, K, V, mask, scale):
 
 
 def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
-    """(..., n, d) broadcast to (*batch, n, d) and flattened to (G, n, d), contiguous."""
+    """(..., n, d) broadcast to (*batch, n, d) and flattened to (G, n, d): a view when the layout allows."""
     if a.shape[:-2] != batch:
         a = np.broadcast_to(a, (*batch, *a.shape[-2:]))
-    return np.ascontiguousarray(a).reshape(-1, *a.shape[-2:])
+    return a.reshape(-1, *a.shape[-2:])                 # copies only what cannot be viewed so
 
 
 def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True,
            q_is_scratch: bool = False):
-    """Fast path on already-checked arrays: see ``scaled_dot_product_attention``.
+    """Fast path on already-checked arrays: see ``scaled_dot_product_attention``. The caller checks
+    the output for overflow (multi-head attention checks it once, after W_o).
 
     Used by the layers, which have validated and projected their inputs already; they pass
     ``q_is_scratch`` when q is their own temporary, which is then scaled in place (no copy).
     """
-    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = q.shape[:-2]
+    if not batch == k.shape[:-2] == v.shape[:-2]:       # the layers' q, k, v always share theirs
+        batch = np.broadcast_shapes(batch, k.shape[:-2], v.shape[:-2])
     n_q, n_k = q.shape[-2], k.shape[-2]
     wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
     out, weights = _attend(_flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, causal,
@@ -298,6 +299,7 @@ def scaled_dot_product_attention(
     """
     q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
     output, weights = attend(q, k, v, mask, scale=scale, causal=causal, return_weights=return_weights or verbose)
+    require_finite(output, "value")
     if verbose:
         _print_stages(trace_attention(q, k, v, mask, scale=scale, causal=causal))
     return output, (weights if return_weights else None)

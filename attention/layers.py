@@ -115,8 +115,10 @@ class SelfAttention:
             return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
                                                 return_weights=return_weights)
         mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
-        return attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
-                      q_is_scratch=True)
+        output, weights = attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
+                                 return_weights=return_weights, q_is_scratch=True)
+        require_finite(output, "value")
+        return output, weights
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""
@@ -208,7 +210,7 @@ class MultiHeadAttention:
         concatenated = heads.transpose(*lead, -2, -3, -1).reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
         with np.errstate(over="ignore", invalid="ignore"):
             mixed = concatenated @ self._cast.get(heads.dtype)["w_o"]
-        require_finite(mixed, "X")
+        require_finite(mixed, "X")                                   # also catches heads that overflowed
         return mixed
 
     def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
