@@ -8,8 +8,7 @@ compute), then calls the engine. No Flask here, so a batch endpoint can call the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -141,15 +140,21 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
     _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
 
 
-@contextmanager
-def _blame_input(params: Params) -> Iterator[None]:
+class _BlameInput:
     """Engine errors about a layer's input (X, or the Q, K, V projected from it, e.g. an overflow)
-    point at the request's ``embeddings`` or ``tokens``, and at its explicit ``weights`` if any."""
-    try:
-        yield
-    except engine.AttentionError as exc:
-        if exc.argument not in ("X", "query", "key", "value"):
-            raise
+    point at the request's ``embeddings`` or ``tokens``, and at its explicit ``weights`` if any.
+    (A class, not @contextmanager: this wraps every engine call, and a generator costs more.)"""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, traceback: Any) -> None:
+        if not isinstance(exc, engine.AttentionError) or exc.argument not in ("X", "query", "key", "value"):
+            return  # no error, or not about the input: it propagates unchanged
+        params = self.params
         culprits = [pointer("tokens" if "tokens" in params else "embeddings")]
         if params.get("weights"):  # explicit weights are as likely to have made the numbers overflow
             culprits.append(pointer("weights"))
@@ -159,7 +164,7 @@ def _blame_input(params: Params) -> Iterator[None]:
 
 def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params) -> Result:
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _blame_input(params):
+    with _BlameInput(params):
         return _run(params, lambda weights: layer(x, return_weights=weights, **options),
                     lambda: layer.trace(x, **options))
 
@@ -202,7 +207,7 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _blame_input(params):
+    with _BlameInput(params):
         if params["trace"]:
             layers = encoder.trace(x, **options)
             return {"output": layers[-1].output, "layers": [

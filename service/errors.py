@@ -7,6 +7,7 @@ problem response. marshmallow's nested error dicts become ``errors: [{pointer, d
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -72,6 +73,7 @@ class MalformedJSON(ProblemError):
     problem_type = MALFORMED_JSON
 
 
+@functools.lru_cache(maxsize=1024)  # the same few pointers are built for every request's limit checks
 def pointer(*parts: str | int) -> str:
     """JSON Pointer (RFC 6901) from path parts: ``pointer("query", 0, 1) == "/query/0/1"``."""
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
