@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields
+from marshmallow import fields
 
+from schemas.base import Schema
 from schemas.fields import StrictFloat
 from schemas.options import ComputeOptions, MaskOptions
 from schemas.tensor import BoolTensor, Tensor

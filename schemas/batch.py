@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import ValidationError, fields, validate, validates_schema
 
 from schemas.attention import AttentionRequest, AttentionResponse
+from schemas.base import Schema
 from schemas.fields import strict_int
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
 from schemas.problem import Problem

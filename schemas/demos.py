@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields
+from marshmallow import fields
+
+from schemas.base import Schema
 
 
 class DemoSummary(Schema):

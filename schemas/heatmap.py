@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import ValidationError, fields, validate, validates_schema
 
+from schemas.base import Schema
 from schemas.fields import strict_bool, strict_int
 from schemas.tensor import Tensor, _nest
 

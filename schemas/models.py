@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validates_schema
+from marshmallow import ValidationError, fields, validates_schema
 
 from schemas.attention import BATCHABLE, ProjectedTraceSchema
+from schemas.base import Schema
 from schemas.fields import seed, strict_bool, strict_int, tokens
 from schemas.options import ComputeOptions, MaskOptions, OutputOptions
 from schemas.tensor import BoolTensor, Tensor

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields, validate
+from marshmallow import fields, validate
 
+from schemas.base import Schema
 from schemas.fields import strict_bool, strict_int
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields, validate
+from marshmallow import fields, validate
 
+from schemas.base import Schema
 from schemas.fields import QueryInteger, strict_bool, strict_int, tokens
 from schemas.options import OutputOptions
 from schemas.tensor import BoolTensor, Tensor

@@ -6,8 +6,9 @@ converted to numpy in one step by :mod:`service.v2.tensors`, never element by el
 
 from __future__ import annotations
 
-from marshmallow import EXCLUDE, Schema, fields, validate
+from marshmallow import EXCLUDE, fields, validate
 
+from schemas.base import Schema
 from schemas.fields import StrictFloat, seed, strict_bool, strict_int
 
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",

@@ -1,0 +1,94 @@
+"""schemas.base.Schema loads exactly what marshmallow's own loop loads, and fails exactly as it does.
+
+Every schema of the package is loaded with the documented example requests and with hostile
+variants of them (each field absent, null, of a wrong type, nested garbage, unknown members),
+once through the lean loop and once through marshmallow's ``Schema._deserialize``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import marshmallow
+import numpy as np
+import pytest
+
+import schemas.attention
+import schemas.batch
+import schemas.heatmap
+import schemas.models
+import schemas.options
+import schemas.reference
+import schemas.v2
+from schemas.base import Schema
+from service.api import examples
+from service.compute import ENDPOINTS
+from service.v2.routes import EXAMPLE_REQUEST
+
+MODULES = (schemas.attention, schemas.batch, schemas.heatmap, schemas.models, schemas.options, schemas.reference,
+           schemas.v2)
+SCHEMAS = sorted({cls for module in MODULES for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(cls, Schema) and cls is not Schema}, key=lambda cls: cls.__name__)
+WRONG = [None, "x", 1.5, -1, True, [], {}, [[1, 2], [3]], [["a"]], {"w_q": [[1.0]]}, [{"id": 1}]]
+
+
+def documented_bodies() -> list[dict[str, Any]]:
+    bodies = [examples.request(name) for name in examples.REQUESTS] + [EXAMPLE_REQUEST]
+    bodies += examples.REQUESTS["batch"]["requests"] + [item["body"] for item in examples.REQUESTS["batch"]["requests"]]
+    bodies += [EXAMPLE_REQUEST["inputs"][0], {"embeddings": [[0.5] * 8] * 5, "n_heads": 4, "causal": True}]
+    return bodies
+
+
+def variants(schema: marshmallow.Schema) -> list[Any]:
+    """The documented bodies, each with every field of ``schema`` taken out or made wrong, and more."""
+    out: list[Any] = [{}, {"unknown": 1}, [], "text", None, 3]
+    for body in documented_bodies():
+        out += [body, {**body, "unknown": 1, "other": [1]}]
+        for key in schema.load_fields:
+            out.append({k: v for k, v in body.items() if k != key})
+            out += [{**body, key: wrong} for wrong in WRONG]
+    return out
+
+
+def outcome(schema: marshmallow.Schema, data: Any, unknown: str | None) -> tuple[str, Any]:
+    try:
+        return "loaded", schema.load(data, unknown=unknown)
+    except marshmallow.ValidationError as error:
+        return "invalid", (error.messages, error.valid_data)
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("unknown", [None, marshmallow.EXCLUDE, marshmallow.INCLUDE])
+@pytest.mark.parametrize("cls", SCHEMAS, ids=lambda cls: cls.__name__)
+def test_lean_loop_loads_and_fails_as_marshmallow_does(cls: type[Schema], unknown: str | None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = cls()
+    cases = variants(schema)
+    lean = [outcome(schema, data, unknown) for data in cases]
+    monkeypatch.setattr(Schema, "_deserialize", marshmallow.Schema._deserialize)
+    reference = [outcome(schema, data, unknown) for data in cases]
+    for data, got, expected in zip(cases, lean, reference, strict=True):
+        assert same(got, expected), f"{cls.__name__} {data!r}: lean {got!r} != marshmallow {expected!r}"
+
+
+REQUEST_SCHEMAS = [endpoint.schema for endpoint in ENDPOINTS.values()] + [
+    schemas.batch.BatchRequest, schemas.batch.BatchItem, schemas.v2.InferenceRequest, schemas.v2.RequestInput]
+
+
+@pytest.mark.parametrize("cls", REQUEST_SCHEMAS, ids=lambda cls: cls.__name__)
+def test_request_schemas_take_the_lean_loop_on_valid_and_invalid_bodies(cls: type[marshmallow.Schema]) -> None:
+    """Every request schema derives from schemas.base.Schema, and the corpus above both loads and
+    fails each of them (so the comparison covers both outcomes)."""
+    assert issubclass(cls, Schema)
+    kinds = {outcome(cls(), data, None)[0] for data in variants(cls())}
+    assert kinds == {"loaded", "invalid"}
