@@ -171,26 +171,26 @@ def _hidden_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, ca
     return hidden
 
 
-def _attend(q, k, v, mask, causal: bool, return_weights: bool, *, scale: float, q_is_scratch: bool):
+def _attend(q, k, v, mask, causal: bool, weights: np.ndarray | None, *, scale: float, q_is_scratch: bool):
     """softmax(q k^T * scale) v over tiles. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
 
     ``mask`` is None or a ``_Mask`` whose batch shape has G elements. q is scaled first, in place
-    when it is the caller's scratch. Returns output (G, n_q, d_v) and weights (G, n_q, n_k) or None.
+    when it is the caller's scratch. ``weights``: None, or the (G, n_q, n_k) array to write them into.
+    Returns output (G, n_q, d_v) and weights.
     """
     with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
         if q_is_scratch and q.flags.writeable:
             q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
         else:
             q = q * q.dtype.type(scale)
-        return _attend_tiles(q, k, v, mask, causal, return_weights)
+        return _attend_tiles(q, k, v, mask, causal, weights)
 
 
-def _attend_tiles(q, k, v, mask, causal, return_weights):
+def _attend_tiles(q, k, v, mask, causal, weights):
     groups, n_q, _ = q.shape
     n_k, d_v = v.shape[-2:]
     k_t = k.swapaxes(-1, -2)                            # (G, d_k, n_k), a view
     output = np.empty((groups, n_q, d_v), dtype=q.dtype)
-    weights = np.empty((groups, n_q, n_k), dtype=q.dtype) if return_weights else None
     # Looking at every score tile costs a pass over it; the bound costs a pass over q and k and
     # nearly always proves no score can overflow: take the cheaper.
     check_scores = groups * n_q * n_k <= max(SMALL_CELLS, q.size + k.size) or _scores_may_overflow(q, k)
@@ -259,24 +259,25 @@ def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
 
 
 def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True,
-           q_is_scratch: bool = False):
+           q_is_scratch: bool = False, weights_out: np.ndarray | None = None):
     """Fast path on already-checked arrays: see ``scaled_dot_product_attention``. The caller checks
     the output for overflow (multi-head attention checks it once, after W_o).
 
     Used by the layers, which have validated and projected their inputs already; they pass
-    ``q_is_scratch`` when q is their own temporary, which is then scaled in place (no copy).
+    ``q_is_scratch`` when q is their own temporary, which is then scaled in place (no copy), and
+    may pass ``weights_out``, a C-contiguous (..., n_q, n_k) part of their own result, to be filled.
     """
     batch = q.shape[:-2]
     if not batch == k.shape[:-2] == v.shape[:-2]:       # the layers' q, k, v always share theirs
         batch = np.broadcast_shapes(batch, k.shape[:-2], v.shape[:-2])
     n_q, n_k = q.shape[-2], k.shape[-2]
     wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
-    out, weights = _attend(_flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, causal,
-                           return_weights, scale=scale, q_is_scratch=q_is_scratch)
-    out = out.reshape(*batch, n_q, v.shape[-1])
-    if weights is not None:
-        weights = weights.reshape(*batch, n_q, n_k)
-    return out, weights
+    if return_weights and weights_out is None:
+        weights_out = np.empty((*batch, n_q, n_k), dtype=q.dtype)
+    flat_weights = None if not return_weights else weights_out.reshape(-1, n_q, n_k)  # a view: same memory
+    out, _ = _attend(_flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, causal,
+                     flat_weights, scale=scale, q_is_scratch=q_is_scratch)
+    return out.reshape(*batch, n_q, v.shape[-1]), (weights_out if return_weights else None)
 
 
 # ---------------------------------------------------------------------------

@@ -204,12 +204,19 @@ class MultiHeadAttention:
             qkv = np.matmul(x[None, ..., None, :, :], w)
         return qkv[0], qkv[1], qkv[2]
 
-    def _mix(self, heads: np.ndarray) -> np.ndarray:
-        """(..., h, n, d_k) -> concat heads (..., n, h*d_k) -> @ W_o -> (..., n, d_model)."""
+    def _concatenate(self, heads: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """(..., h, n, d_k) -> the heads side by side (..., n, h*d_k), into ``out`` when given."""
         lead = tuple(range(heads.ndim - 3))
-        concatenated = heads.transpose(*lead, -2, -3, -1).reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
+        side_by_side = heads.transpose(*lead, -2, -3, -1)          # (..., n, h, d_k), a view
+        if out is None:
+            return side_by_side.reshape(*heads.shape[:-3], heads.shape[-2], self.d_model)
+        out.reshape(side_by_side.shape)[...] = side_by_side
+        return out
+
+    def _mix(self, concatenated: np.ndarray) -> np.ndarray:
+        """(..., n, h*d_k) @ W_o -> (..., n, d_model)."""
         with np.errstate(over="ignore", invalid="ignore"):
-            mixed = concatenated @ self._cast.get(heads.dtype)["w_o"]
+            mixed = concatenated @ self._cast.get(concatenated.dtype)["w_o"]
         require_finite(mixed, "X")                                   # also catches heads that overflowed
         return mixed
 
@@ -218,19 +225,50 @@ class MultiHeadAttention:
 
         ``mask``: boolean, broadcastable to (..., n, n) (shared by every head) or, with one
         more axis than X, to (..., h, n, n) (one mask per head).
+
+        Batch items go through in chunks of about CHUNK_BYTES of Q, K and V (small inputs: one chunk),
+        each chunk's heads written straight into the concatenated array: peak memory stays near the
+        input, the returned arrays and one chunk, not three more copies of the whole batch.
         """
-        q, k, v = self._project(X)
-        mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
-        heads, weights = attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
-                                return_weights=return_weights, q_is_scratch=True)
-        return self._mix(heads), weights
+        x = _input(X, "X", self.d_model)
+        lead, n = x.shape[:-2], x.shape[-2]
+        masks = _per_item(_layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads), lead)
+        items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
+        concatenated = np.empty_like(items)                                        # (B, n, h*d_k)
+        weights = np.empty((len(items), self.n_heads, n, n), x.dtype) if return_weights else None
+        for chunk in _chunks(len(items), 3 * items[0].nbytes):
+            q, k, v = self._project(items[chunk])                                   # each (b, h, n, d_k)
+            heads, _ = attend(q, k, v, masks if masks is None or masks.ndim <= 3 else masks[chunk],
+                              scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
+                              q_is_scratch=True, weights_out=None if weights is None else weights[chunk])
+            self._concatenate(heads, out=concatenated[chunk])
+        output = self._mix(concatenated).reshape(*lead, n, self.d_model)
+        return output, None if weights is None else weights.reshape(*lead, self.n_heads, n, n)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
         """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""
         q, k, v = self._project(X)
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
         stages = trace_attention(q, k, v, mask, causal=causal)
-        return AttentionTrace(**{**stages.__dict__, "output": self._mix(stages.output), "q": q, "k": k, "v": v})
+        output = self._mix(self._concatenate(stages.output))
+        return AttentionTrace(**{**stages.__dict__, "output": output, "q": q, "k": k, "v": v})
+
+
+CHUNK_BYTES = 4 << 20  # Q, K and V of this many bytes at a time (at least one batch item)
+
+
+def _chunks(items: int, item_bytes: int) -> list[slice]:
+    """Slices of whole batch items, about CHUNK_BYTES of Q, K, V each: one slice for small inputs."""
+    step = max(1, CHUNK_BYTES // max(item_bytes, 1))
+    return [slice(start, min(start + step, items)) for start in range(0, items, step)]
+
+
+def _per_item(mask, lead: tuple[int, ...]):
+    """A layer mask (..., h|1, n|1, n) with its batch axes, if any, flattened to one (B, ...) like the
+    input's, so a chunk of items takes its slice; a mask without batch axes is shared as it is."""
+    if mask is None or mask.ndim <= 3:
+        return mask
+    return np.broadcast_to(mask, (*lead, *mask.shape[-3:])).reshape(-1, *mask.shape[-3:])
 
 
 def _layer_mask(mask, batch: tuple[int, ...], n: int, *, per_head: bool, n_heads: int = 1):
