@@ -195,13 +195,16 @@ class MultiHeadAttention:
 
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k), contiguous views of one new buffer."""
-        x = _input(X, "X", self.d_model)
+        with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later
+            return self._qkv(_input(X, "X", self.d_model))
+
+    def _qkv(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Checked x (..., n, d_model) -> q, k, v; the caller sets np.errstate."""
         lead = x.shape[:-2]
         w = self._cast.get(x.dtype)["w_qkv"].reshape(3, *(1,) * len(lead), self.n_heads, self.d_model, self.d_k)
-        with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later
-            # (1, ..., 1, n, d_model) @ (3, 1.., h, d_model, d_k): every head of Q, K and V in one call, laid
-            # out (3, ..., h, n, d_k) so each of q, k, v is contiguous and needs no copy before attention.
-            qkv = np.matmul(x[None, ..., None, :, :], w)
+        # (1, ..., 1, n, d_model) @ (3, 1.., h, d_model, d_k): every head of Q, K and V in one call, laid
+        # out (3, ..., h, n, d_k) so each of q, k, v is contiguous and needs no copy before attention.
+        qkv = np.matmul(x[None, ..., None, :, :], w)
         return qkv[0], qkv[1], qkv[2]
 
     def _concatenate(self, heads: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -214,9 +217,8 @@ class MultiHeadAttention:
         return out
 
     def _mix(self, concatenated: np.ndarray) -> np.ndarray:
-        """(..., n, h*d_k) @ W_o -> (..., n, d_model)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            mixed = concatenated @ self._cast.get(concatenated.dtype)["w_o"]
+        """(..., n, h*d_k) @ W_o -> (..., n, d_model); the caller sets np.errstate."""
+        mixed = concatenated @ self._cast.get(concatenated.dtype)["w_o"]
         require_finite(mixed, "X")                                   # also catches heads that overflowed
         return mixed
 
@@ -236,13 +238,14 @@ class MultiHeadAttention:
         items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
         concatenated = np.empty_like(items)                                        # (B, n, h*d_k)
         weights = np.empty((len(items), self.n_heads, n, n), x.dtype) if return_weights else None
-        for chunk in _chunks(len(items), 3 * items[0].nbytes):
-            q, k, v = self._project(items[chunk])                                   # each (b, h, n, d_k)
-            heads, _ = attend(q, k, v, masks if masks is None or masks.ndim <= 3 else masks[chunk],
-                              scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
-                              q_is_scratch=True, weights_out=None if weights is None else weights[chunk])
-            self._concatenate(heads, out=concatenated[chunk])
-        output = self._mix(concatenated).reshape(*lead, n, self.d_model)
+        with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
+            for chunk in _chunks(len(items), 3 * items[0].nbytes):
+                q, k, v = self._qkv(items[chunk])                                   # each (b, h, n, d_k)
+                heads, _ = attend(q, k, v, masks if masks is None or masks.ndim <= 3 else masks[chunk],
+                                  scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
+                                  q_is_scratch=True, weights_out=None if weights is None else weights[chunk])
+                self._concatenate(heads, out=concatenated[chunk])
+            output = self._mix(concatenated).reshape(*lead, n, self.d_model)
         return output, None if weights is None else weights.reshape(*lead, self.n_heads, n, n)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
@@ -250,7 +253,8 @@ class MultiHeadAttention:
         q, k, v = self._project(X)
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
         stages = trace_attention(q, k, v, mask, causal=causal)
-        output = self._mix(self._concatenate(stages.output))
+        with np.errstate(over="ignore", invalid="ignore"):
+            output = self._mix(self._concatenate(stages.output))
         return AttentionTrace(**{**stages.__dict__, "output": output, "q": q, "k": k, "v": v})
 
 
