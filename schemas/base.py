@@ -21,8 +21,10 @@ from marshmallow.fields import Field
 class Schema(marshmallow.Schema):
     """marshmallow's Schema; loading one JSON object takes the lean loop (see the module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _init_fields(self) -> None:
+        """marshmallow (re)builds the fields here, at __init__ and when a Nested field narrows a schema
+        instance with ``only``/``exclude``: the loop's plan follows."""
+        super()._init_fields()
         # (JSON key, key in the loaded dict, field) for every loaded field, in declaration order
         self._plan: tuple[tuple[str, str, Field], ...] = tuple(
             (field.data_key if field.data_key is not None else name, field.attribute or name, field)
@@ -50,7 +52,7 @@ class Schema(marshmallow.Schema):
             if value is not missing:
                 loaded[name] = value
         if unknown != EXCLUDE:
-            for key in data.keys() - self._known:
+            for key in set(data) - self._known:  # marshmallow's order of unknown keys
                 if unknown == INCLUDE:
                     loaded[key] = data[key]
                 else:
