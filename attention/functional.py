@@ -274,6 +274,8 @@ def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_wei
     wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
     if return_weights and weights_out is None:
         weights_out = np.empty((*batch, n_q, n_k), dtype=q.dtype)
+    elif return_weights and not weights_out.flags.c_contiguous:
+        raise ValueError("weights_out must be C-contiguous: the weights are written through a flat view of it")
     flat_weights = None if not return_weights else weights_out.reshape(-1, n_q, n_k)  # a view: same memory
     out, _ = _attend(_flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, causal,
                      flat_weights, scale=scale, q_is_scratch=q_is_scratch)

@@ -234,14 +234,14 @@ class MultiHeadAttention:
         """
         x = _input(X, "X", self.d_model)
         lead, n = x.shape[:-2], x.shape[-2]
-        masks = _per_item(_layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads), lead)
+        mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
         items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
         concatenated = np.empty_like(items)                                        # (B, n, h*d_k)
         weights = np.empty((len(items), self.n_heads, n, n), x.dtype) if return_weights else None
         with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
             for chunk in _chunks(len(items), 3 * items[0].nbytes):
                 q, k, v = self._qkv(items[chunk])                                   # each (b, h, n, d_k)
-                heads, _ = attend(q, k, v, masks if masks is None or masks.ndim <= 3 else masks[chunk],
+                heads, _ = attend(q, k, v, _items_of(mask, lead, chunk),
                                   scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
                                   q_is_scratch=True, weights_out=None if weights is None else weights[chunk])
                 self._concatenate(heads, out=concatenated[chunk])
@@ -267,12 +267,16 @@ def _chunks(items: int, item_bytes: int) -> list[slice]:
     return [slice(start, min(start + step, items)) for start in range(0, items, step)]
 
 
-def _per_item(mask, lead: tuple[int, ...]):
-    """A layer mask (..., h|1, n|1, n) with its batch axes, if any, flattened to one (B, ...) like the
-    input's, so a chunk of items takes its slice; a mask without batch axes is shared as it is."""
+def _items_of(mask, lead: tuple[int, ...], items: slice):
+    """The part of a layer mask (..., h|1, n|1, n) for a slice of the batch items flattened from
+    ``lead``; a mask without batch axes is shared by every item and returned as it is. Only that
+    part is ever materialised (a view with one batch axis, a gather of the slice with more)."""
     if mask is None or mask.ndim <= 3:
         return mask
-    return np.broadcast_to(mask, (*lead, *mask.shape[-3:])).reshape(-1, *mask.shape[-3:])
+    full = np.broadcast_to(mask, (*lead, *mask.shape[-3:]))        # a view, whatever the mask's batch axes
+    if len(lead) == 1:
+        return full[items]
+    return full[np.unravel_index(np.arange(items.start, items.stop), lead)]
 
 
 def _layer_mask(mask, batch: tuple[int, ...], n: int, *, per_head: bool, n_heads: int = 1):

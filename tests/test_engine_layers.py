@@ -41,6 +41,34 @@ def test_multi_head_batched_equals_per_item_per_head(rng):
         np.testing.assert_allclose(weights[b], ref_w, atol=1e-12)
 
 
+@pytest.mark.parametrize("mask_shape", [None, (6,), (6, 6), (3, 6, 6), (2, 1, 6, 6), (2, 3, 6, 6),   # shared by heads
+                                        (1, 1, 3, 6, 6), (2, 1, 3, 6, 6), (2, 3, 3, 6, 6)])            # one per head
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_chunks_of_batch_items_change_nothing(rng, monkeypatch, mask_shape, return_weights):
+    """Items in chunks (memory) give bit for bit what one chunk gives, for masks shared by every item,
+    per item over one or two batch axes, and per head; and agree with the seed's per-head loop."""
+    mha = attention.MultiHeadAttention(12, 3, seed=4)
+    x = rng.normal(size=(2, 3, 6, 12))                                  # two batch axes: 6 items
+    mask = None if mask_shape is None else rng.random(mask_shape) > 0.3
+    whole = mha(x, mask, causal=True, return_weights=return_weights)
+    monkeypatch.setattr(attention.layers, "CHUNK_BYTES", 1)           # one item per chunk
+    chunked = mha(x, mask, causal=True, return_weights=return_weights)
+    for a, b in zip(whole, chunked, strict=True):
+        np.testing.assert_array_equal(a, b)
+    if mask is None:
+        mask = np.ones((6, 6), bool)
+    per_head = mask.ndim == x.ndim + 1
+    full = np.broadcast_to(mask if per_head else np.broadcast_to(mask, (2, 3, 6, 6))[:, :, None], (2, 3, 3, 6, 6))
+    full = full & np.tri(6, dtype=bool)                                 # causal=True on top
+    for item in np.ndindex(2, 3):
+        heads = [attention.SelfAttention(12, 4, w_q=mha.w_q[h], w_k=mha.w_k[h], w_v=mha.w_v[h])(x[item], full[item][h])
+                 for h in range(3)]
+        ref_out = np.concatenate([o for o, _ in heads], axis=-1) @ mha.w_o
+        np.testing.assert_allclose(chunked[0][item], ref_out, atol=1e-12)
+        if return_weights:
+            np.testing.assert_allclose(chunked[1][item], np.stack([w for _, w in heads]), atol=1e-12)
+
+
 def test_per_head_mask(rng):
     mha = attention.MultiHeadAttention(8, 2)
     x = rng.normal(size=(5, 8))
