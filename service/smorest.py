@@ -91,9 +91,10 @@ def _documented(func: Callable, documenting: Callable[[Callable], Callable]) -> 
 
 def _loaded_from_nothing(schema: Schema) -> dict[str, Any] | None:
     """What ``schema`` loads from an empty query string (its defaults), once; None when that is
-    invalid (a required parameter) or not constant (a callable default). Most requests send no query
-    string: loading it anyway cost ~15 µs of a demo-sized request."""
-    if any(callable(field.load_default) for field in schema.load_fields.values()):
+    invalid (a required parameter) or may not be constant (a callable default, or a pre/post-load or
+    validation hook, which must run per request). Most requests send no query string: loading it
+    anyway cost ~15 µs of a demo-sized request."""
+    if any(callable(field.load_default) for field in schema.load_fields.values()) or any(schema._hooks.values()):
         return None
     try:
         return schema.load({}, unknown=EXCLUDE)
