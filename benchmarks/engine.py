@@ -77,11 +77,10 @@ SETTLE_S = 0.5  # seconds of warm-up before each group of timed methods
 # ----------------------------------------------------------------------------------------------- timing
 @dataclass
 class Timing:
-    """Median seconds per call of one method, and how many timed rounds/calls it took."""
+    """Median seconds per call of one method, and how many timed rounds it took."""
 
     median: float
     rounds: int
-    inner: int
 
     @property
     def ms(self) -> float:
@@ -147,7 +146,7 @@ def measure_groups(groups: Sequence[dict[str, Callable[[], Any]]], budgets: dict
                 for pl in todo.values():
                     if i % passes == p and i < pl.rounds:
                         pl.samples.append(_time_calls(pl.fn, pl.inner))
-    return {name: Timing(statistics.median(pl.samples), pl.rounds, pl.inner) for name, pl in plans.items()}
+    return {name: Timing(statistics.median(pl.samples), pl.rounds) for name, pl in plans.items()}
 
 
 def measure(fn: Callable[[], Any], budget: float) -> Timing:
@@ -383,7 +382,7 @@ class Memory:
         return (self.inputs + self.peak_extra) / self.budget
 
 
-def engine_memory(mha: Any, x: np.ndarray, n_heads: int) -> Memory:
+def engine_memory(mha: Any, x: np.ndarray) -> Memory:
     """Peak extra memory of mha(x, return_weights=True) with tracemalloc (numpy reports its buffers to it)."""
     gc.collect()
     tracemalloc.start()
@@ -420,8 +419,8 @@ class Row:
         return flops(self.shape) / t.median / 1e9 if t else None
 
 
-def build_methods(shape: Shape, dtype: type, x: np.ndarray) -> dict[str, Callable[[], Any]]:
-    """Closures for each method on the same weights and inputs."""
+def build_methods(shape: Shape, dtype: type, x: np.ndarray) -> tuple[Any, dict[str, Callable[[], Any]]]:
+    """The engine's layer, and closures for each method on its weights and the same inputs."""
     _, _, d, h = shape
     mha = attention.MultiHeadAttention(d, h, seed=0)
     sw = seed_weights(mha, dtype)
@@ -437,8 +436,7 @@ def build_methods(shape: Shape, dtype: type, x: np.ndarray) -> dict[str, Callabl
         w_o = to_torch(mha.w_o, dtype)
         methods["mha"] = lambda: torch_mha_forward(module, tx)
         methods["sdpa"] = lambda: (torch_sdpa_forward(tx, w_qkv, w_o, h), None)
-    methods["_mha"] = lambda: mha  # carried along for the memory measurement
-    return methods
+    return mha, methods
 
 
 def run_shape(shape: Shape, dtype: type, budget: float, seed_budget: float, retries: int) -> Row:
@@ -458,8 +456,7 @@ def run_shape(shape: Shape, dtype: type, budget: float, seed_budget: float, retr
 def measure_shape(shape: Shape, dtype: type, budget: float, seed_budget: float) -> Row:
     """Check agreement, then time every method and measure the engine's memory for one shape and dtype."""
     x = make_inputs(shape, dtype)
-    methods = build_methods(shape, dtype, x)
-    mha = methods.pop("_mha")()
+    mha, methods = build_methods(shape, dtype, x)
     results = {name: fn() for name, fn in methods.items()}
     row = Row(shape, np.dtype(dtype).name)
     row.check, ok = check_agreement(results, dtype)
@@ -470,7 +467,7 @@ def measure_shape(shape: Shape, dtype: type, budget: float, seed_budget: float) 
     load = OtherLoad()
     row.times = measure_groups([g for g in groups if g], budgets)
     row.others = load.cores()
-    row.memory = engine_memory(mha, x, shape[3])
+    row.memory = engine_memory(mha, x)
     return row
 
 
