@@ -176,14 +176,13 @@ def _attend(q, k, v, mask, causal: bool, weights: np.ndarray | None, *, scale: f
 
     ``mask`` is None or a ``_Mask`` whose batch shape has G elements. q is scaled first, in place
     when it is the caller's scratch. ``weights``: None, or the (G, n_q, n_k) array to write them into.
-    Returns output (G, n_q, d_v) and weights.
+    Returns output (G, n_q, d_v) and weights. The caller has set np.errstate (see ``attend``).
     """
-    with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
-        if q_is_scratch and q.flags.writeable:
-            q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
-        else:
-            q = q * q.dtype.type(scale)
-        return _attend_tiles(q, k, v, mask, causal, weights)
+    if q_is_scratch and q.flags.writeable:
+        q *= q.dtype.type(scale)                            # fold the scale into Q: n*d_k work, not n*n
+    else:
+        q = q * q.dtype.type(scale)
+    return _attend_tiles(q, k, v, mask, causal, weights)
 
 
 def _attend_tiles(q, k, v, mask, causal, weights):
@@ -261,7 +260,8 @@ def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
 def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True,
            q_is_scratch: bool = False, weights_out: np.ndarray | None = None):
     """Fast path on already-checked arrays: see ``scaled_dot_product_attention``. The caller checks
-    the output for overflow (multi-head attention checks it once, after W_o).
+    the output for overflow (multi-head attention checks it once, after W_o), and calls this inside
+    ``np.errstate(over="ignore", invalid="ignore")``: one context per engine call, not one per stage.
 
     Used by the layers, which have validated and projected their inputs already; they pass
     ``q_is_scratch`` when q is their own temporary, which is then scaled in place (no copy), and
@@ -301,7 +301,9 @@ def scaled_dot_product_attention(
     prints the scaled scores and weights, as the seed script does.
     """
     q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
-    output, weights = attend(q, k, v, mask, scale=scale, causal=causal, return_weights=return_weights or verbose)
+    with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
+        output, weights = attend(q, k, v, mask, scale=scale, causal=causal,
+                                 return_weights=return_weights or verbose)
     require_finite(output, "value")
     if verbose:
         _print_stages(trace_attention(q, k, v, mask, scale=scale, causal=causal))

@@ -115,8 +115,9 @@ class SelfAttention:
             return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
                                                 return_weights=return_weights)
         mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
-        output, weights = attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
-                                 return_weights=return_weights, q_is_scratch=True)
+        with np.errstate(over="ignore", invalid="ignore"):    # overflow is detected and reported below
+            output, weights = attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
+                                     return_weights=return_weights, q_is_scratch=True)
         require_finite(output, "value")
         return output, weights
 
