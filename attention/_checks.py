@@ -38,6 +38,19 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
     return array
 
 
+def to_working(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """``array`` (checked by :func:`as_real_array`) in the working ``dtype``. Only a float wider than
+    float64 (np.longdouble) can hold finite values that float64 cannot: those are refused by name,
+    not turned into infinities (with numpy's overflow warning)."""
+    if array.dtype == dtype:
+        return array
+    with np.errstate(over="ignore"):
+        cast = array.astype(dtype)
+    if array.dtype.kind == "f" and array.dtype.itemsize > dtype.itemsize and not np.isfinite(cast).all():
+        raise AttentionError(name, f"values beyond the range of {dtype}")
+    return cast
+
+
 def as_bool_mask(mask, name: str, target: tuple[int, ...]) -> np.ndarray:
     """A boolean mask (True = may attend) that broadcasts to ``target`` (..., n_q, n_k)."""
     array = np.asarray(mask)

@@ -4,7 +4,7 @@
 
 Two implementations of the same maths live here:
 
-* ``_attend``: the fast one. It walks the queries in tiles so each tile of scores is
+* ``attend`` (``_attend_tiles`` underneath): the fast one. It walks the queries in tiles so each tile of scores is
   written once, normalised in place while it is still in cache, and multiplied by V
   straight away. With ``return_weights`` the tiles are the returned weights array
   itself; without, one scratch tile is reused. No Python loop over heads or batch
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_bool_mask, as_real_array, working_dtype
+from ._checks import as_bool_mask, as_real_array, to_working, working_dtype
 from .errors import AttentionError
 
 # Bytes in one score tile. Small enough to stay in cache between the score matmul, the softmax
@@ -57,7 +57,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         raise AttentionError("x", "expected an array with at least one axis, got a scalar")
     if not (x < np.inf).all():                          # NaN or +inf (one pass)
         raise AttentionError("x", "values must not be NaN or +infinity (-infinity means 'masked')")
-    x = x.astype(working_dtype(x), copy=False)
+    x = to_working(x, working_dtype(x), "x")
     if x.size == 0:
         return x.copy()
     peak = np.max(x, axis=axis, keepdims=True)
@@ -227,7 +227,7 @@ def _prepare(Q, K, V, mask, scale):
     k = as_real_array(K, "key", 2)
     v = as_real_array(V, "value", 2)
     dtype = working_dtype(q, k, v)
-    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    q, k, v = (to_working(a, dtype, name) for a, name in ((q, "query"), (k, "key"), (v, "value")))
     if k.shape[-1] != q.shape[-1]:
         raise AttentionError("key", f"expected last axis d_k = {q.shape[-1]} (query's), got shape {k.shape}")
     if v.shape[-2] != k.shape[-2]:

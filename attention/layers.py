@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, working_dtype
+from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, to_working, working_dtype
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import (
@@ -60,7 +60,7 @@ def _input(X, name: str, d_model: int) -> np.ndarray:
     x = as_real_array(X, name, 2)
     if x.shape[-1] != d_model:
         raise AttentionError(name, f"expected shape (..., n, d_model={d_model}), got {x.shape}")
-    return x.astype(working_dtype(x), copy=False)
+    return to_working(x, working_dtype(x), name)
 
 
 class CastCache:

@@ -22,8 +22,8 @@ class Schema(marshmallow.Schema):
     """marshmallow's Schema; loading one JSON object takes the lean loop (see the module docstring)."""
 
     def _init_fields(self) -> None:
-        """marshmallow (re)builds the fields here, at __init__ and when a Nested field narrows a schema
-        instance with ``only``/``exclude``: the loop's plan follows."""
+        """marshmallow (re)builds the fields here: at __init__, and on the copy a Nested field makes of a
+        schema instance (narrowed by its ``only``/``exclude``, if any). The loop's plan follows."""
         super()._init_fields()
         # (JSON key, key in the loaded dict, field) for every loaded field, in declaration order
         self._plan: tuple[tuple[str, str, Field], ...] = tuple(

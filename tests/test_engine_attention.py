@@ -291,3 +291,16 @@ def test_attend_writes_weights_into_the_given_array_or_refuses_it(rng):
     assert weights is into and np.allclose(into.sum(-1), 1.0)
     with pytest.raises(ValueError, match="C-contiguous"):
         attend(q, q, q, scale=0.5, weights_out=np.zeros((2, 2, 3, 3)).transpose(1, 0, 2, 3))
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: attention.scaled_dot_product_attention(x, x, x),
+    lambda x: attention.SelfAttention(8, 4)(x),
+    lambda x: attention.MultiHeadAttention(8, 2)(x),
+    lambda x: attention.softmax(x),
+])
+def test_a_long_double_beyond_float64_is_refused_by_name_without_a_warning(call):
+    """float64 is the working precision: wider floats whose values it cannot hold are an error, not inf
+    (numpy warnings are errors in this module: the cast must not warn either)."""
+    with pytest.raises(attention.AttentionError, match="beyond the range of float64"):
+        call(np.full((3, 8), np.longdouble("1e400")))
