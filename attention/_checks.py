@@ -39,9 +39,9 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
 
 
 def to_working(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    """``array`` (checked by :func:`as_real_array`) in the working ``dtype``. Only a float wider than
-    float64 (np.longdouble) can hold finite values that float64 cannot: those are refused by name,
-    not turned into infinities (with numpy's overflow warning)."""
+    """``array`` (checked by :func:`as_real_array`) in the working ``dtype``. Finite values of a wider
+    float (float64 weights for a float32 request, a np.longdouble input) that ``dtype`` cannot hold are
+    refused by name, not turned into infinities (with numpy's overflow warning)."""
     if array.dtype == dtype:
         return array
     with np.errstate(over="ignore"):

@@ -4,7 +4,7 @@
 
 Two implementations of the same maths live here:
 
-* ``attend`` (``_attend_tiles`` underneath): the fast one. It walks the queries in tiles so each tile of scores is
+* ``attend``: the fast one. It walks the queries in tiles so each tile of scores is
   written once, normalised in place while it is still in cache, and multiplied by V
   straight away. With ``return_weights`` the tiles are the returned weights array
   itself; without, one scratch tile is reused. No Python loop over heads or batch
@@ -145,8 +145,6 @@ def _tiles(groups: int, n_q: int, n_k: int, itemsize: int):
         yield slice(g0, min(g0 + group_step, groups)), slice(q0, min(q0 + rows, n_q))
 
 
-
-
 @functools.lru_cache(maxsize=64)
 def _future_cached(first_query: int, queries: int, keys: int) -> np.ndarray:
     hidden = _future(first_query, queries, keys)
@@ -171,21 +169,12 @@ def _hidden_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, ca
     return hidden
 
 
-def _attend(q, k, v, mask, causal: bool, weights: np.ndarray | None, *, scale: float, q_is_scratch: bool):
-    """softmax(q k^T * scale) v over tiles. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
+def _attend_tiles(q, k, v, mask, causal, weights) -> np.ndarray:
+    """softmax(q k^T) v over tiles, q already scaled. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
 
-    ``mask`` is None or a ``_Mask`` whose batch shape has G elements. q is scaled first, in place
-    when it is the caller's scratch. ``weights``: None, or the (G, n_q, n_k) array to write them into.
-    Returns output (G, n_q, d_v) and weights. The caller has set np.errstate (see ``attend``).
+    ``mask`` is None or a ``_Mask`` whose batch shape has G elements; ``weights`` None, or the
+    (G, n_q, n_k) array to write them into. Returns the output (G, n_q, d_v).
     """
-    if q_is_scratch and q.flags.writeable:
-        q *= q.dtype.type(scale)                            # fold the scale into Q: n*d_k work, not n*n
-    else:
-        q = q * q.dtype.type(scale)
-    return _attend_tiles(q, k, v, mask, causal, weights)
-
-
-def _attend_tiles(q, k, v, mask, causal, weights):
     groups, n_q, _ = q.shape
     n_k, d_v = v.shape[-2:]
     k_t = k.swapaxes(-1, -2)                            # (G, d_k, n_k), a view
@@ -210,7 +199,7 @@ def _attend_tiles(q, k, v, mask, causal, weights):
             np.copyto(tile, -np.inf, where=hidden)      # -inf, not 0: 0 is an ordinary score
         _softmax_rows_inplace(tile)
         np.matmul(tile, v[gs], out=output[gs, qs])      # (g, t, d_v) weighted blend of values
-    return output, weights
+    return output
 
 
 # ---------------------------------------------------------------------------
@@ -277,9 +266,22 @@ def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_wei
     elif return_weights and not weights_out.flags.c_contiguous:
         raise ValueError("weights_out must be C-contiguous: the weights are written through a flat view of it")
     flat_weights = None if not return_weights else weights_out.reshape(-1, n_q, n_k)  # a view: same memory
-    out, _ = _attend(_flatten(q, batch), _flatten(k, batch), _flatten(v, batch), wrapped, causal,
-                     flat_weights, scale=scale, q_is_scratch=q_is_scratch)
+    q = _flatten(q, batch)
+    if q_is_scratch and q.flags.writeable:
+        q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
+    else:
+        q = q * q.dtype.type(scale)
+    out = _attend_tiles(q, _flatten(k, batch), _flatten(v, batch), wrapped, causal, flat_weights)
     return out.reshape(*batch, n_q, v.shape[-1]), (weights_out if return_weights else None)
+
+
+def checked_attend(q, k, v, mask=None, **options):
+    """:func:`attend` in its np.errstate, its output checked for overflow ("value"): what scaled
+    dot-product attention and self-attention return. (Multi-head attention checks after W_o instead.)"""
+    with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
+        output, weights = attend(q, k, v, mask, **options)
+    require_finite(output, "value")
+    return output, weights
 
 
 # ---------------------------------------------------------------------------
@@ -301,10 +303,8 @@ def scaled_dot_product_attention(
     prints the scaled scores and weights, as the seed script does.
     """
     q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
-    with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
-        output, weights = attend(q, k, v, mask, scale=scale, causal=causal,
-                                 return_weights=return_weights or verbose)
-    require_finite(output, "value")
+    output, weights = checked_attend(q, k, v, mask, scale=scale, causal=causal,
+                                     return_weights=return_weights or verbose)
     if verbose:
         _print_stages(trace_attention(q, k, v, mask, scale=scale, causal=causal))
     return output, (weights if return_weights else None)

@@ -22,6 +22,7 @@ from .errors import AttentionError
 from .functional import (
     AttentionTrace,
     attend,
+    checked_attend,
     default_scale,
     require_finite,
     scaled_dot_product_attention,
@@ -71,12 +72,7 @@ class CastCache:
 
     def get(self, dtype: np.dtype) -> dict[str, np.ndarray]:
         if dtype not in self._weights:
-            with np.errstate(over="ignore"):
-                cast = {k: w.astype(dtype) for k, w in self._weights[np.dtype(np.float64)].items()}
-            for name, weight in cast.items():
-                if not np.isfinite(weight).all():
-                    raise AttentionError(name, f"values beyond the range of {dtype}")
-            self._weights[dtype] = cast
+            self._weights[dtype] = {k: to_working(w, dtype, k) for k, w in self._weights[np.dtype(np.float64)].items()}
         return self._weights[dtype]
 
 
@@ -115,11 +111,8 @@ class SelfAttention:
             return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
                                                 return_weights=return_weights)
         mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
-        with np.errstate(over="ignore", invalid="ignore"):    # overflow is detected and reported below
-            output, weights = attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
-                                     return_weights=return_weights, q_is_scratch=True)
-        require_finite(output, "value")
-        return output, weights
+        return checked_attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
+                              return_weights=return_weights, q_is_scratch=True)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""

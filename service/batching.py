@@ -95,7 +95,7 @@ def prepare(op: str, params: Params, limits: Limits) -> Job:
         if not all(word in engine.EMBEDDINGS for word in params["tokens"]):
             return Job(op, params)  # alone: its own compute names the unknown words
         rank, arrays = 2, {}
-        words = (len(params["tokens"]), params.get("d_model", 4))  # the shape of its embeddings
+        words = len(params["tokens"])  # with d_model (in the options below): the shape of its embeddings
     else:
         rank = max(params[name].ndim for name in STACKED[op])  # batch axes + 2
         arrays = {name: _lead(params[name], rank) for name in STACKED[op]}

@@ -108,7 +108,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     levels = np.rint(np.clip(panels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
     fills = np.where(panels == 0.0, "url(#masked)", LUT[levels])
     text_fills = np.where(panels == 0.0, "#333", TEXT_LUT[levels])
-    values = panels.tolist()  # python floats, for the rounded text written in the cells
+    values = panels.tolist() if annotate else None  # python floats, for the rounded text written in the cells
     texts = _as_written(written.reshape(panels.shape))  # what the JSON answer says (float32: its own shortest text)
     fmt = f"{{:.{decimals}f}}"
 
@@ -142,12 +142,12 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
             parts.append(f'<text transform="translate({_num(cx)} {_num(cy)}) rotate(-90)" '
                          f'font-size="{_num(label_font)}" dominant-baseline="central" fill="#222">{label}</text>')
         panel_fills, panel_text = fills[index], text_fills[index]
-        panel_values, panel_texts = values[index], texts[index]
+        panel_texts = texts[index]
         parts.append('<g stroke="#fff" stroke-width="0.5">')  # thin gaps between cells, inherited
         for i in range(n_q):
             y = _num(gy + i * cell)
             for j in range(n_k):
-                value, text = panel_values[i][j], panel_texts[i][j]
+                text = panel_texts[i][j]
                 parts.append(f'<rect class="cell" x="{_num(gx + j * cell)}" y="{y}" width="{_num(cell)}" '
                              f'height="{_num(cell)}" fill="{panel_fills[i][j]}" '
                              f'data-row="{i}" data-col="{j}" data-value="{text}">'
@@ -155,7 +155,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
                 if annotate:
                     parts.append(f'<text x="{_num(gx + (j + 0.5) * cell)}" y="{_num(gy + (i + 0.5) * cell)}" '
                                  f'font-size="{_num(value_font)}" text-anchor="middle" dominant-baseline="central" '
-                                 f'fill="{panel_text[i][j]}" stroke="none">{fmt.format(value)}</text>')
+                                 f'fill="{panel_text[i][j]}" stroke="none">{fmt.format(values[index][i][j])}</text>')
         parts.append("</g></g>")
     parts.extend(_legend(width - legend_w + 14, title_h + 8))
     parts.append("</svg>\n")

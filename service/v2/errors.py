@@ -9,12 +9,16 @@ or parameter. 5xx stay RFC 9457 problems (the documented ``default`` response: a
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
 from service import errors as problems
 from service.jsonio import dumps
+
+if TYPE_CHECKING:
+    from attention import AttentionError
 
 V2_NAMES = {"n_heads": "parameter 'num_heads'"}  # v1 field -> its v2 name, where they differ
 INPUTS = ("query", "key", "value", "mask", "embeddings")
@@ -76,10 +80,9 @@ def handle_unrouted(error: HTTPException) -> Response:
     return problems.handle_http_exception(error)
 
 
-def handle_attention_error(error: ValueError) -> Response:
+def handle_attention_error(error: AttentionError) -> Response:
     """The engine's argument errors (shapes that do not fit together), naming the input."""
-    argument = str(getattr(error, "argument", ""))
-    return error_response(400, f"{describe('/' + argument)}: {getattr(error, 'detail', error)}")
+    return error_response(400, f"{describe('/' + error.argument)}: {error.detail}")
 
 
 def register(blp: Blueprint) -> None:
