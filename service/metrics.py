@@ -24,7 +24,31 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    values,
 )
+
+
+class _Pid:
+    """This process's id, asked of the kernel once per process instead of once per metric update."""
+
+    value = os.getpid()
+
+    @classmethod
+    def refresh(cls) -> None:
+        cls.value = os.getpid()
+
+    @classmethod
+    def get(cls) -> int:
+        return cls.value
+
+
+# In multiprocess mode every update of a value asks os.getpid() (a system call) whether the process
+# forked since: 12 per request. The process identifier is prometheus-client's documented hook; it
+# must be the pid (files are named by it, and gunicorn.conf.py marks dead pids), so it is refreshed
+# in every forked child. It has to be in place before the first metric below is created.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.register_at_fork(after_in_child=_Pid.refresh)
+    values.ValueClass = values.MultiProcessValue(process_identifier=_Pid.get)
 
 UNMATCHED = "<unmatched>"  # the route label of 404s and 405s: raw paths would be unbounded
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
