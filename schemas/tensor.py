@@ -104,7 +104,8 @@ class Tensor(fields.Field):
         if not isinstance(value, list):
             raise self._fail_with("type")
         text = orjson.dumps(value)
-        if any(token in text for token in self.forbidden):
+        suspect = any(token in text for token in self.forbidden)
+        if suspect:
             bad = _first_bad_leaf(value, self.leaf_type)
             if bad is not None:
                 path, leaf = bad
@@ -121,7 +122,8 @@ class Tensor(fields.Field):
             raise self._fail_with("empty", got=list(array.shape))
         if array.ndim not in self.ranks:
             raise self._fail_with("rank", got=array.ndim)
-        self._check_values(array)
+        if suspect:  # orjson writes NaN and infinities as null: a text without "n" holds only finite numbers
+            self._check_values(array)
         return array
 
     def _check_values(self, array: np.ndarray) -> None:

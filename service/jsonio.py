@@ -15,9 +15,11 @@ from flask import Request, current_app, request
 from flask.json.provider import JSONProvider
 from marshmallow import EXCLUDE, Schema, ValidationError
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.wsgi import get_content_length
 
 from service.errors import MalformedJSON, ValidationProblem, invalid
 
+JSON = "application/json"
 OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 CHUNK = 64 * 1024
 _NOT_STRUCTURAL = bytes(c for c in range(256) if c not in b'[]{}"')
@@ -40,7 +42,7 @@ def dumps(obj: Any, *, indent: bool = False) -> bytes:
 class OrjsonProvider(JSONProvider):
     """Flask JSON provider writing and reading with orjson."""
 
-    mimetype = "application/json"
+    mimetype = JSON
 
     def dumps(self, obj: Any, **kwargs: Any) -> str:
         return dumps(obj, indent=bool(kwargs.get("indent"))).decode()
@@ -85,16 +87,18 @@ def check_depth(body: bytes, limits: Any) -> None:
 
 def read_body(request: Request, max_bytes: int) -> bytes:
     """The request body, refusing with 413 past ``max_bytes``: by Content-Length before reading,
-    and by counting while reading a chunked body (which has no Content-Length); 415 if compressed."""
-    encoding = request.content_encoding
+    and by counting while reading a chunked body (which has no Content-Length); 415 if compressed.
+    (Headers are read from the WSGI environ: werkzeug's header properties parse on every access.)"""
+    environ = request.environ
+    encoding = environ.get("HTTP_CONTENT_ENCODING")
     if encoding and encoding.lower() != "identity":
         raise UnsupportedMediaType(f"Content-Encoding {encoding[:40]} is not supported: send the body uncompressed.")
-    length = request.content_length
+    length = get_content_length(environ)  # None for a chunked body, as werkzeug's request.content_length
     if length is not None:
         if length > max_bytes:
             raise RequestEntityTooLarge(f"The body is {length} bytes; the limit max_body_bytes is {max_bytes} "
                                         "(see GET /v1/limits).")
-        return _read_exactly(request.environ["wsgi.input"], length)
+        return _read_exactly(environ["wsgi.input"], length)
     stream = request.stream
     parts, size = [], 0
     while chunk := stream.read(CHUNK):
@@ -123,7 +127,7 @@ def _read_exactly(stream: Any, length: int) -> bytes:
 
 def is_json(mimetype: str) -> bool:
     """application/json or any application/*+json."""
-    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+    return mimetype == JSON or (mimetype.startswith("application/") and mimetype.endswith("+json"))
 
 
 def load_json_body(request: Request) -> Any:
@@ -131,7 +135,7 @@ def load_json_body(request: Request) -> Any:
 
     Raises 415 (not JSON), 413 (too large), 422 (too deep), 400 (malformed, or shorter than its Content-Length).
     """
-    if not is_json(request.mimetype):
+    if request.environ.get("CONTENT_TYPE") != JSON and not is_json(request.mimetype):  # parse it only if need be
         raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
     limits = current_app.extensions["limits"]
     body = read_body(request, limits.max_body_bytes)
