@@ -23,7 +23,7 @@ from schemas.batch import AnyOfSchemas
 from schemas.problem import Problem
 from schemas.tensor import Tensor
 from service.errors import PROBLEM_JSON, register_error_handlers
-from service.jsonio import parse_request
+from service.jsonio import JSON, dumps, parse_request
 
 ERROR_RESPONSES = {
     400: ("MalformedJSON", "The body is not valid JSON, or it ended before its Content-Length."),
@@ -151,11 +151,11 @@ class Blueprint(flask_smorest.Blueprint):
             @wraps(func)
             def view(*args: Any, **view_kwargs: Any) -> Any:
                 result, status, headers = unpack_tuple_response(func(*args, **view_kwargs))
-                if not isinstance(result, Response):
-                    result = current_app.json.response(dumper.dump(result) if dumper is not None else result)
-                    status = status or status_code
-                set_status_and_headers_in_response(result, status, headers)
-                return result
+                if isinstance(result, Response):
+                    set_status_and_headers_in_response(result, status, headers)
+                    return result
+                body = dumps(dumper.dump(result) if dumper is not None else result)
+                return current_app.response_class(body, status or status_code, headers, content_type=JSON)
 
             view._apidoc = documenting(func)._apidoc
             return view
