@@ -68,14 +68,16 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def _softmax_rows_inplace(tile: np.ndarray) -> None:
+def _softmax_rows_inplace(tile: np.ndarray, *, rows_may_be_empty: bool = True) -> None:
     """Softmax over the last axis of ``tile``, overwriting it (masked cells hold -inf).
 
     Rows with no allowed key become all zeros. A row whose maximum is +inf or NaN can
     only come from scores that overflowed: that is the caller's input, reported as such.
+    ``rows_may_be_empty=False``: the caller knows every row has a finite score (no user
+    mask, scores checked or bounded), so the maxima need no inspection.
     """
     peak = tile.max(axis=-1, keepdims=True)             # (..., t, 1)
-    empty_rows = not np.isfinite(peak).all()
+    empty_rows = rows_may_be_empty and not np.isfinite(peak).all()
     if empty_rows:
         if np.isnan(peak).any() or np.isposinf(peak).any():
             raise AttentionError("query", "the attention scores overflowed: input values are too large")
@@ -182,6 +184,14 @@ def _attend_tiles(q, k, v, mask, causal, weights) -> np.ndarray:
     # Looking at every score tile costs a pass over it; the bound costs a pass over q and k and
     # nearly always proves no score can overflow: take the cheaper.
     check_scores = groups * n_q * n_k <= max(SMALL_CELLS, q.size + k.size) or _scores_may_overflow(q, k)
+    # Finite scores leave a row without any finite one only when a user mask hides all its keys (a causal
+    # row always sees key 0).
+    rows_may_be_empty = mask is not None
+    if groups * n_q * n_k * q.itemsize <= TILE_BYTES:   # one tile: the whole problem, no slicing
+        tile = weights if weights is not None else np.empty((groups, n_q, n_k), dtype=q.dtype)
+        hidden = _hidden_tile(mask, slice(0, groups), slice(0, n_q), n_k, causal)
+        _attend_tile(q, k_t, v, hidden, tile, output, check_scores, rows_may_be_empty)
+        return output
     scratch = None
     for gs, qs in _tiles(groups, n_q, n_k, q.itemsize):
         if weights is not None:
@@ -191,15 +201,21 @@ def _attend_tiles(q, k, v, mask, causal, weights) -> np.ndarray:
             if scratch is None or scratch.shape != shape:
                 scratch = np.empty(shape, dtype=q.dtype)
             tile = scratch
-        np.matmul(q[gs, qs], k_t[gs], out=tile)         # (g, t, n_k) scaled scores
-        if check_scores:
-            _require_finite_scores(tile)
         hidden = _hidden_tile(mask, gs, qs, n_k, causal)
-        if hidden is not None:
-            np.copyto(tile, -np.inf, where=hidden)      # -inf, not 0: 0 is an ordinary score
-        _softmax_rows_inplace(tile)
-        np.matmul(tile, v[gs], out=output[gs, qs])      # (g, t, d_v) weighted blend of values
+        _attend_tile(q[gs, qs], k_t[gs], v[gs], hidden, tile, output[gs, qs], check_scores, rows_may_be_empty)
     return output
+
+
+def _attend_tile(q, k_t, v, hidden, tile, out, check_scores: bool, rows_may_be_empty: bool) -> None:
+    """One tile: q (g, t, d_k) scaled, k_t (g, d_k, n_k), v (g, n_k, d_v); ``hidden`` None or cells
+    broadcastable to (g, t, n_k). The weights are written into ``tile`` (g, t, n_k), the output into ``out``."""
+    np.matmul(q, k_t, out=tile)                         # (g, t, n_k) scaled scores
+    if check_scores:
+        _require_finite_scores(tile)
+    if hidden is not None:
+        np.copyto(tile, -np.inf, where=hidden)          # -inf, not 0: 0 is an ordinary score
+    _softmax_rows_inplace(tile, rows_may_be_empty=rows_may_be_empty)
+    np.matmul(tile, v, out=out)                         # (g, t, d_v) weighted blend of values
 
 
 # ---------------------------------------------------------------------------

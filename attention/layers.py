@@ -233,7 +233,7 @@ class MultiHeadAttention:
         concatenated = np.empty_like(items)                                        # (B, n, h*d_k)
         weights = np.empty((len(items), self.n_heads, n, n), x.dtype) if return_weights else None
         with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
-            for chunk in _chunks(len(items), 3 * items[0].nbytes):
+            for chunk in _chunks(len(items), 3 * items.nbytes // len(items)):
                 q, k, v = self._qkv(items[chunk])                                   # each (b, h, n, d_k)
                 heads, _ = attend(q, k, v, _items_of(mask, lead, chunk),
                                   scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
