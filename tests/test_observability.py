@@ -15,6 +15,7 @@ from conftest import assert_problem
 from prometheus_client.parser import text_string_to_metric_families
 
 from service import metrics
+from service.logwriter import stdout_lines
 from service.observability import JsonFormatter
 
 DEMO5 = {"tokens": ["the", "cat", "ate", "food", "it"], "d_model": 8, "n_heads": 4, "positional_encoding": True,
@@ -35,6 +36,7 @@ def value(samples, name: str, **labels: str) -> float:
 
 
 def log_lines(capfd) -> list[dict]:
+    stdout_lines().flush()  # request lines are written in batches (see test_logwriter)
     return [orjson.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
 
 
@@ -72,6 +74,7 @@ def test_a_500_carries_the_request_id_in_body_log_and_header(app, capfd, monkeyp
     def boom():
         raise RuntimeError("secret internals")
 
+    log_lines(capfd)  # earlier tests' lines
     response = app.test_client().get("/boom", headers={"X-Request-Id": "r500"})
     body = assert_problem(response, 500)
     assert body["request_id"] == "r500" and "secret" not in body["detail"]
@@ -80,7 +83,7 @@ def test_a_500_carries_the_request_id_in_body_log_and_header(app, capfd, monkeyp
 
 
 def test_one_json_line_per_request_with_route_status_duration_sizes_and_id(client, capfd):
-    capfd.readouterr()
+    log_lines(capfd)  # earlier tests' lines
     response = client.post("/v1/multi-head-attention", json=DEMO5, headers={"X-Request-Id": "demo5"})
     client.get("/v1/demos/lookup")
     first, second = log_lines(capfd)
@@ -98,7 +101,7 @@ def test_request_lines_can_be_turned_off(monkeypatch, capfd):
 
     monkeypatch.setenv("LOG_REQUESTS", "0")
     client = create_app({"TESTING": True}).test_client()
-    capfd.readouterr()
+    log_lines(capfd)
     client.get("/healthz")
     assert log_lines(capfd) == []
 
@@ -202,3 +205,13 @@ def test_a_new_app_has_counted_no_work():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ.get("PATH", "")}, cwd=root).stdout.split()
     assert out[-2:] == ["0.0", "0.0"]
+
+
+def test_log_timestamps_are_datetimes_iso_format_in_utc():
+    from datetime import UTC, datetime
+
+    from service.observability import _now
+
+    before, stamp, after = datetime.now(UTC), _now(), datetime.now(UTC)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", stamp)
+    assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= datetime.fromisoformat(stamp) <= after

@@ -1,0 +1,121 @@
+"""service.logwriter: request lines in batches of at most max_bytes, within max_seconds, all of them at exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from servers import Gunicorn
+
+from service.logwriter import PIPE_BUF, LineWriter
+
+LINE = b"x" * 29 + b"\n"  # 30 bytes
+
+
+@pytest.fixture
+def pipe():
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    yield read, write
+    os.close(read)
+    os.close(write)
+
+
+def pending(read: int) -> bytes:
+    """What has been written to the pipe so far."""
+    try:
+        return os.read(read, 1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+def test_lines_wait_until_the_next_would_overfill_the_batch(pipe):
+    read, write = pipe
+    writer = LineWriter(write, max_bytes=100, max_seconds=60)
+    for _ in range(3):
+        writer.write(LINE)
+    assert pending(read) == b""
+    writer.write(LINE)  # 120 bytes would not fit: the first three go out together
+    assert pending(read) == LINE * 3
+    writer.flush()
+    assert pending(read) == LINE
+
+
+def test_a_line_longer_than_a_batch_goes_alone_and_whole(pipe):
+    read, write = pipe
+    writer = LineWriter(write, max_bytes=100, max_seconds=60)
+    writer.write(LINE)
+    long = b"y" * 250 + b"\n"
+    writer.write(long)
+    assert pending(read) == LINE
+    writer.write(LINE)
+    assert pending(read) == long
+    writer.flush()
+    assert pending(read) == LINE
+
+
+def test_without_a_buffer_every_line_is_written_at_once(pipe):
+    read, write = pipe
+    writer = LineWriter(write, max_bytes=0)
+    writer.write(LINE)
+    assert pending(read) == LINE
+
+
+def test_an_idle_writer_writes_its_lines_within_max_seconds(pipe):
+    read, write = pipe
+    writer = LineWriter(write, max_bytes=PIPE_BUF, max_seconds=0.2)
+    writer.write(LINE)
+    started, got = time.monotonic(), b""
+    while not got and time.monotonic() - started < 5:
+        time.sleep(0.05)
+        got = pending(read)
+    assert got == LINE and time.monotonic() - started < 2
+
+
+def test_a_forked_child_starts_with_nothing_pending(pipe):
+    read, write = pipe
+    writer = LineWriter(write, max_bytes=PIPE_BUF, max_seconds=60)
+    writer.write(b"parent\n")
+    child = os.fork()
+    if child == 0:  # the child: its own line only
+        writer.write(b"child\n")
+        writer.flush()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert pending(read) == b"child\n"
+    writer.flush()
+    assert pending(read) == b"parent\n"
+
+
+def test_every_pending_line_is_written_at_exit():
+    code = ("from service.logwriter import LineWriter\n"
+            "writer = LineWriter(1, max_bytes=4096, max_seconds=60)\n"
+            "for i in range(50): writer.write(b'%d\\n' % i)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30, check=True).stdout
+    assert out.split() == [b"%d" % i for i in range(50)]
+
+
+def request_ids(server: Gunicorn) -> list[str]:
+    return [line.split('"request_id":"')[1].split('"')[0] for line in server.log().splitlines()
+            if '"event":"request"' in line]
+
+
+def test_gunicorn_writes_request_lines_within_the_interval_and_all_at_a_graceful_stop():
+    sent = [f"line-{i}" for i in range(12)]
+    with Gunicorn(env={"LOG_FLUSH_SECONDS": "0.5"}) as server:
+        for rid in sent[:6]:
+            requests.get(f"{server.url}/healthz", headers={"X-Request-Id": rid}, timeout=10)
+        deadline = time.monotonic() + 5
+        while set(sent[:6]) - set(request_ids(server)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(sent[:6]) <= set(request_ids(server))
+    with Gunicorn(env={"LOG_FLUSH_SECONDS": "600"}) as server:
+        for rid in sent[6:]:
+            requests.get(f"{server.url}/healthz", headers={"X-Request-Id": rid}, timeout=10)
+        server.terminate()
+        assert server.process.wait(timeout=25) == 0
+        assert sorted(rid for rid in request_ids(server) if rid.startswith("line-")) == sorted(sent[6:])
