@@ -4,8 +4,9 @@
 
 Two implementations of the same maths live here:
 
-* ``attend``: the fast one. It walks the queries in tiles so each tile of scores is
-  written once, normalised in place while it is still in cache, and multiplied by V
+* ``attend`` (and its kernel ``attend_groups``, which multi-head attention calls on its
+  already flat heads): the fast one. It walks the queries in tiles so each tile of scores
+  is written once, normalised in place while it is still in cache, and multiplied by V
   straight away. With ``return_weights`` the tiles are the returned weights array
   itself; without, one scratch tile is reused. No Python loop over heads or batch
   items: the loop is over cache-sized tiles, and small problems are a single tile.
@@ -118,8 +119,8 @@ def require_finite(array: np.ndarray, argument: str) -> None:
 # the fast kernel
 # ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Mask:
-    """A user mask (at least 2-D) and the batch shape its leading axes broadcast to.
+class GroupMask:
+    """A user mask (at least 2-D) and the batch shape its leading axes broadcast to (G elements).
 
     The mask is never broadcast whole: each tile takes only the cells it needs.
     """
@@ -159,7 +160,7 @@ def _future(first_query: int, queries: int, keys: int) -> np.ndarray:
     return ~np.tri(queries, keys, k=first_query, dtype=bool)
 
 
-def _hidden_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, causal: bool):
+def _hidden_tile(mask: GroupMask | None, groups: slice, queries: slice, n_k: int, causal: bool):
     """Cells of one tile to hide, broadcastable to (g, t, n_k); None when every cell is allowed."""
     hidden = None
     if causal:                                          # key j visible to query i iff j <= i
@@ -171,11 +172,13 @@ def _hidden_tile(mask: _Mask | None, groups: slice, queries: slice, n_k: int, ca
     return hidden
 
 
-def _attend_tiles(q, k, v, mask, causal, weights) -> np.ndarray:
-    """softmax(q k^T) v over tiles, q already scaled. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
+def attend_groups(q, k, v, mask: GroupMask | None, causal: bool, weights: np.ndarray | None) -> np.ndarray:
+    """The kernel: softmax(q k^T) v over tiles, for G groups (batch items x heads) already flattened
+    and checked, q already scaled. q (G, n_q, d_k), k (G, n_k, d_k), v (G, n_k, d_v).
 
-    ``mask`` is None or a ``_Mask`` whose batch shape has G elements; ``weights`` None, or the
-    (G, n_q, n_k) array to write them into. Returns the output (G, n_q, d_v).
+    ``weights``: None, or the C-contiguous (G, n_q, n_k) array to write them into. Returns the output
+    (G, n_q, d_v), unchecked: call inside ``np.errstate(over="ignore", invalid="ignore")`` and check
+    the result (or what is computed from it) for overflow.
     """
     groups, n_q, _ = q.shape
     n_k, d_v = v.shape[-2:]
@@ -263,41 +266,28 @@ def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
 
 
 def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True,
-           q_is_scratch: bool = False, weights_out: np.ndarray | None = None):
-    """Fast path on already-checked arrays: see ``scaled_dot_product_attention``. The caller checks
-    the output for overflow (multi-head attention checks it once, after W_o), and calls this inside
-    ``np.errstate(over="ignore", invalid="ignore")``: one context per engine call, not one per stage.
+           q_is_scratch: bool = False):
+    """softmax(q k^T * scale) v on already-checked arrays whose batch axes broadcast (see
+    ``scaled_dot_product_attention``); the output is checked for overflow ("value").
 
-    Used by the layers, which have validated and projected their inputs already; they pass
-    ``q_is_scratch`` when q is their own temporary, which is then scaled in place (no copy), and
-    may pass ``weights_out``, a C-contiguous (..., n_q, n_k) part of their own result, to be filled.
+    Self-attention passes ``q_is_scratch``: q is its own temporary, scaled in place (no copy).
     """
     batch = q.shape[:-2]
-    if not batch == k.shape[:-2] == v.shape[:-2]:       # the layers' q, k, v always share theirs
+    if not batch == k.shape[:-2] == v.shape[:-2]:
         batch = np.broadcast_shapes(batch, k.shape[:-2], v.shape[:-2])
     n_q, n_k = q.shape[-2], k.shape[-2]
-    wrapped = None if mask is None else _Mask(np.atleast_2d(mask), batch)
-    if return_weights and weights_out is None:
-        weights_out = np.empty((*batch, n_q, n_k), dtype=q.dtype)
-    elif return_weights and not weights_out.flags.c_contiguous:
-        raise ValueError("weights_out must be C-contiguous: the weights are written through a flat view of it")
-    flat_weights = None if not return_weights else weights_out.reshape(-1, n_q, n_k)  # a view: same memory
+    wrapped = None if mask is None else GroupMask(np.atleast_2d(mask), batch)
+    weights = np.empty((*batch, n_q, n_k), dtype=q.dtype) if return_weights else None
     q = _flatten(q, batch)
-    if q_is_scratch and q.flags.writeable:
-        q *= q.dtype.type(scale)                        # fold the scale into Q: n*d_k work, not n*n
-    else:
-        q = q * q.dtype.type(scale)
-    out = _attend_tiles(q, _flatten(k, batch), _flatten(v, batch), wrapped, causal, flat_weights)
-    return out.reshape(*batch, n_q, v.shape[-1]), (weights_out if return_weights else None)
-
-
-def checked_attend(q, k, v, mask=None, **options):
-    """:func:`attend` in its np.errstate, its output checked for overflow ("value"): what scaled
-    dot-product attention and self-attention return. (Multi-head attention checks after W_o instead.)"""
     with np.errstate(over="ignore", invalid="ignore"):      # overflow is detected and reported below
-        output, weights = attend(q, k, v, mask, **options)
+        if q_is_scratch and q.flags.writeable:
+            q *= q.dtype.type(scale)                    # fold the scale into Q: n*d_k work, not n*n
+        else:
+            q = q * q.dtype.type(scale)
+        flat_weights = None if weights is None else weights.reshape(-1, n_q, n_k)  # a view: same memory
+        output = attend_groups(q, _flatten(k, batch), _flatten(v, batch), wrapped, causal, flat_weights)
     require_finite(output, "value")
-    return output, weights
+    return output.reshape(*batch, n_q, v.shape[-1]), weights
 
 
 # ---------------------------------------------------------------------------
@@ -319,8 +309,7 @@ def scaled_dot_product_attention(
     prints the scaled scores and weights, as the seed script does.
     """
     q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
-    output, weights = checked_attend(q, k, v, mask, scale=scale, causal=causal,
-                                     return_weights=return_weights or verbose)
+    output, weights = attend(q, k, v, mask, scale=scale, causal=causal, return_weights=return_weights or verbose)
     if verbose:
         _print_stages(trace_attention(q, k, v, mask, scale=scale, causal=causal))
     return output, (weights if return_weights else None)

@@ -21,8 +21,9 @@ from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import (
     AttentionTrace,
+    GroupMask,
     attend,
-    checked_attend,
+    attend_groups,
     default_scale,
     require_finite,
     scaled_dot_product_attention,
@@ -111,8 +112,8 @@ class SelfAttention:
             return scaled_dot_product_attention(q, k, v, mask, verbose=True, causal=causal,
                                                 return_weights=return_weights)
         mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)
-        return checked_attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal,
-                              return_weights=return_weights, q_is_scratch=True)
+        return attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
+                      q_is_scratch=True)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""
@@ -190,16 +191,29 @@ class MultiHeadAttention:
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k), contiguous views of one new buffer."""
         with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later
-            return self._qkv(_input(X, "X", self.d_model))
+            qkv = self._qkv(_input(X, "X", self.d_model))
+        return qkv[0], qkv[1], qkv[2]
 
-    def _qkv(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Checked x (..., n, d_model) -> q, k, v; the caller sets np.errstate."""
+    def _qkv(self, x: np.ndarray) -> np.ndarray:
+        """Checked x (..., n, d_model) -> (3, ..., h, n, d_k): Q, K and V of every head; the caller sets np.errstate."""
         lead = x.shape[:-2]
         w = self._cast.get(x.dtype)["w_qkv"].reshape(3, *(1,) * len(lead), self.n_heads, self.d_model, self.d_k)
         # (1, ..., 1, n, d_model) @ (3, 1.., h, d_model, d_k): every head of Q, K and V in one call, laid
         # out (3, ..., h, n, d_k) so each of q, k, v is contiguous and needs no copy before attention.
-        qkv = np.matmul(x[None, ..., None, :, :], w)
-        return qkv[0], qkv[1], qkv[2]
+        return np.matmul(x[None, ..., None, :, :], w)
+
+    def _heads(self, items: np.ndarray, mask, causal: bool, weights: np.ndarray | None,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """Every head's attention over checked ``items`` (b, n, d_model), side by side: (b, n, h*d_k), written
+        into ``out`` when given. ``mask``: None or broadcastable to (b, h, n, n); ``weights``: None or the
+        (b*h, n, n) array to fill. The caller sets np.errstate and checks for overflow."""
+        b, n, _ = items.shape
+        groups = b * self.n_heads
+        q, k, v = self._qkv(items).reshape(3, groups, n, self.d_k)  # each (b*h, n, d_k), a view
+        q *= default_scale(self.d_k)                   # q is ours: scaled in place, n*d_k work instead of n*n
+        wrapped = None if mask is None else GroupMask(np.atleast_2d(mask), (b, self.n_heads))
+        heads = attend_groups(q, k, v, wrapped, causal, weights)      # (b*h, n, d_k)
+        return self._concatenate(heads.reshape(b, self.n_heads, n, self.d_k), out=out)
 
     def _concatenate(self, heads: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """(..., h, n, d_k) -> the heads side by side (..., n, h*d_k), into ``out`` when given."""
@@ -222,23 +236,25 @@ class MultiHeadAttention:
         ``mask``: boolean, broadcastable to (..., n, n) (shared by every head) or, with one
         more axis than X, to (..., h, n, n) (one mask per head).
 
-        Batch items go through in chunks of about CHUNK_BYTES of Q, K and V (small inputs: one chunk),
-        each chunk's heads written straight into the concatenated array: peak memory stays near the
-        input, the returned arrays and one chunk, not three more copies of the whole batch.
+        Batch items go through in chunks of about CHUNK_BYTES of Q, K and V (small inputs: one chunk,
+        computed whole), each chunk's heads written straight into the concatenated array: peak memory
+        stays near the input, the returned arrays and one chunk, not three more copies of the whole batch.
         """
         x = _input(X, "X", self.d_model)
         lead, n = x.shape[:-2], x.shape[-2]
         mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
         items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
-        concatenated = np.empty_like(items)                                        # (B, n, h*d_k)
-        weights = np.empty((len(items), self.n_heads, n, n), x.dtype) if return_weights else None
+        weights = np.empty((len(items) * self.n_heads, n, n), x.dtype) if return_weights else None  # (B*h, n, n)
+        chunks = _chunks(len(items), 3 * items.nbytes // len(items))
         with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
-            for chunk in _chunks(len(items), 3 * items.nbytes // len(items)):
-                q, k, v = self._qkv(items[chunk])                                   # each (b, h, n, d_k)
-                heads, _ = attend(q, k, v, _items_of(mask, lead, chunk),
-                                  scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
-                                  q_is_scratch=True, weights_out=None if weights is None else weights[chunk])
-                self._concatenate(heads, out=concatenated[chunk])
+            if len(chunks) == 1:
+                concatenated = self._heads(items, _items_of(mask, lead, chunks[0]), causal, weights)  # (B, n, h*d_k)
+            else:
+                concatenated = np.empty_like(items)
+                for chunk in chunks:
+                    heads = slice(chunk.start * self.n_heads, chunk.stop * self.n_heads)
+                    self._heads(items[chunk], _items_of(mask, lead, chunk), causal,
+                                None if weights is None else weights[heads], out=concatenated[chunk])
             output = self._mix(concatenated).reshape(*lead, n, self.d_model)
         return output, None if weights is None else weights.reshape(*lead, self.n_heads, n, n)
 

@@ -281,18 +281,6 @@ def test_explicit_weights_are_copied_so_later_changes_to_them_change_nothing():
     np.testing.assert_array_equal(layer(x.astype(np.float32))[0], before32)
 
 
-def test_attend_writes_weights_into_the_given_array_or_refuses_it(rng):
-    """The layers' fast path fills a slice of their own result; a layout it cannot fill is an error."""
-    from attention.functional import attend
-
-    q = rng.normal(size=(2, 2, 3, 4))
-    into = np.zeros((2, 2, 3, 3))
-    _, weights = attend(q, q, q, scale=0.5, weights_out=into)
-    assert weights is into and np.allclose(into.sum(-1), 1.0)
-    with pytest.raises(ValueError, match="C-contiguous"):
-        attend(q, q, q, scale=0.5, weights_out=np.zeros((2, 2, 3, 3)).transpose(1, 0, 2, 3))
-
-
 @pytest.mark.parametrize("call", [
     lambda x: attention.scaled_dot_product_attention(x, x, x),
     lambda x: attention.SelfAttention(8, 4)(x),
