@@ -10,6 +10,8 @@ the raw path; unmatched paths share one label.
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,28 +29,15 @@ from prometheus_client import (
     values,
 )
 
-
-class _Pid:
-    """This process's id, asked of the kernel once per process instead of once per metric update."""
-
-    value = os.getpid()
-
-    @classmethod
-    def refresh(cls) -> None:
-        cls.value = os.getpid()
-
-    @classmethod
-    def get(cls) -> int:
-        return cls.value
-
-
 # In multiprocess mode every update of a value asks os.getpid() (a system call) whether the process
 # forked since: 12 per request. The process identifier is prometheus-client's documented hook; it
-# must be the pid (files are named by it, and gunicorn.conf.py marks dead pids), so it is refreshed
-# in every forked child. It has to be in place before the first metric below is created.
+# must be the pid (files are named by it, and gunicorn.conf.py marks dead pids), so it is read from
+# a box refreshed in every forked child, through C callables only (no Python frame per update). It
+# has to be in place before the first metric below is created.
+_PID = [os.getpid()]
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    os.register_at_fork(after_in_child=_Pid.refresh)
-    values.ValueClass = values.MultiProcessValue(process_identifier=_Pid.get)
+    os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+    values.ValueClass = values.MultiProcessValue(process_identifier=functools.partial(operator.getitem, _PID, 0))
 
 UNMATCHED = "<unmatched>"  # the route label of 404s and 405s: raw paths would be unbounded
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -66,10 +55,9 @@ RESPONSE_SIZE = Histogram("http_response_size_bytes", "Response body size, by ro
                           buckets=SIZE_BUCKETS)
 IN_FLIGHT = Gauge("http_requests_in_flight", "Requests being answered now (summed over live workers).",
                   multiprocess_mode="livesum")
-ELEMENTS = Counter("attention_weight_elements", "Attention weights (B*h*n_q*n_k, summed over layers) of "
-                   "requests that passed every limit and went to the engine.")
-ELEMENTS_PER_REQUEST = Histogram("attention_weight_elements_per_request", "Attention weights per engine call "
-                                 "(B*h*n_q*n_k, summed over layers).", buckets=ELEMENT_BUCKETS)
+# Its _sum is the attention weights computed in all (a separate counter of them was one more write per request).
+ELEMENTS = Histogram("attention_weight_elements_per_request", "Attention weights per engine call (B*h*n_q*n_k, "
+                     "summed over layers) of requests that passed every limit.", buckets=ELEMENT_BUCKETS)
 BATCH_ITEMS = Histogram("batch_items", "Items per /v1/batch request.", buckets=BATCH_BUCKETS)
 
 
@@ -97,8 +85,7 @@ def count_elements(elements: int) -> None:
     if held is not None:
         held.append(elements)
         return
-    ELEMENTS.inc(elements)
-    ELEMENTS_PER_REQUEST.observe(elements)
+    ELEMENTS.observe(elements)
 
 
 def record(held: list[int]) -> None:

@@ -150,8 +150,8 @@ def test_sizes_elements_and_in_flight(client):
     assert value(after, "http_response_size_bytes_sum", route=route) - value(
         before, "http_response_size_bytes_sum", route=route) > len(response.get_data())
     # 4 heads x 5 x 5, then 2 heads x 2 x 2 x 3 layers (weights computed even when not returned)
-    assert value(after, "attention_weight_elements_total") - value(before, "attention_weight_elements_total") == (
-        100 + 24)
+    assert value(after, "attention_weight_elements_per_request_sum") - value(
+        before, "attention_weight_elements_per_request_sum") == 100 + 24
     assert value(after, "attention_weight_elements_per_request_count") - value(
         before, "attention_weight_elements_per_request_count") == 2
     assert value(after, "http_requests_in_flight") == 1  # the scrape itself
@@ -168,10 +168,10 @@ def test_batch_sizes_hook(client):
 def test_documented_examples_are_not_counted_as_work(client):
     from service.api import examples
 
-    before = metrics.ELEMENTS._value.get()
+    before = metrics.ELEMENTS._sum.get()
     examples.response.cache_clear()
     examples.response("multi-head-attention")
-    assert metrics.ELEMENTS._value.get() == before
+    assert metrics.ELEMENTS._sum.get() == before
 
 
 def test_a_batch_records_its_size_and_the_items_work(client):
@@ -180,7 +180,8 @@ def test_a_batch_records_its_size_and_the_items_work(client):
     assert client.post("/v1/batch", json={"requests": items}).status_code == 200
     after = scrape(client)
     assert value(after, "batch_items_sum") - value(before, "batch_items_sum") == 3
-    assert value(after, "attention_weight_elements_total") - value(before, "attention_weight_elements_total") == 300
+    assert value(after, "attention_weight_elements_per_request_sum") - value(
+        before, "attention_weight_elements_per_request_sum") == 300
 
 
 
@@ -188,23 +189,42 @@ def test_a_failed_stack_is_not_counted_on_top_of_its_items(client):
     """Two attention items sharing a mask that fits neither: the stacked call fails in the engine and each
     item is recomputed alone; only the work that was kept counts (as for two single requests)."""
     body = {"query": [[1.0]], "key": [[1.0], [0.0]], "value": [[1.0], [2.0]], "mask": [[True, True, True]]}
-    singles_before = metrics.ELEMENTS._value.get()
+    singles_before = metrics.ELEMENTS._sum.get()
     for _ in range(2):
         assert client.post("/v1/attention", json=body).status_code == 422
-    singles = metrics.ELEMENTS._value.get() - singles_before
-    before = metrics.ELEMENTS._value.get()
+    singles = metrics.ELEMENTS._sum.get() - singles_before
+    before = metrics.ELEMENTS._sum.get()
     items = [{"id": str(i), "op": "attention", "body": body} for i in range(2)]
     assert client.post("/v1/batch", json={"requests": items}).status_code == 200
-    assert metrics.ELEMENTS._value.get() - before == singles
+    assert metrics.ELEMENTS._sum.get() - before == singles
 
 
 def test_a_new_app_has_counted_no_work():
     code = ("from service import create_app, metrics; create_app(); "
-            "print(metrics.ELEMENTS._value.get(), metrics.ELEMENTS_PER_REQUEST._sum.get())")
+            "print(metrics.ELEMENTS._sum.get(), sum(bucket.get() for bucket in metrics.ELEMENTS._buckets))")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ.get("PATH", "")}, cwd=root).stdout.split()
     assert out[-2:] == ["0.0", "0.0"]
+
+
+def test_a_forked_child_writes_its_own_metrics_file_named_by_its_pid(tmp_path):
+    code = ("import os\n"
+            "from service import metrics\n"
+            "metrics.ELEMENTS.observe(3)\n"
+            "child = os.fork()\n"
+            "if child == 0:\n"
+            "    metrics.ELEMENTS.observe(5)\n"
+            "    os._exit(0)\n"
+            "os.waitpid(child, 0)\n"
+            "print(os.getpid(), child)\n"
+            "print(metrics.exposition()[0].decode())\n")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                         env={"PATH": os.environ.get("PATH", ""), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}).stdout
+    parent, child = out.splitlines()[0].split()
+    assert {f"histogram_{parent}.db", f"histogram_{child}.db"} <= set(os.listdir(tmp_path))
+    assert "attention_weight_elements_per_request_sum 8.0" in out.splitlines()
 
 
 def test_log_timestamps_are_datetimes_iso_format_in_utc():
