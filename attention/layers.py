@@ -140,7 +140,7 @@ class _HeadWeights:
         w_o = np.array(w_o, dtype=np.float64)
         for w in (w_qkv, w_o):
             w.setflags(write=False)
-        return cls(w_qkv[0], w_qkv[1], w_qkv[2], w_o, CastCache(w_qkv=w_qkv, w_o=w_o))
+        return cls(w_qkv[0], w_qkv[1], w_qkv[2], w_o, CastCache(w_qkv=w_qkv[:, None], w_o=w_o))
 
     @property
     def nbytes(self) -> int:
@@ -196,8 +196,9 @@ class MultiHeadAttention:
 
     def _qkv(self, x: np.ndarray) -> np.ndarray:
         """Checked x (..., n, d_model) -> (3, ..., h, n, d_k): Q, K and V of every head; the caller sets np.errstate."""
-        lead = x.shape[:-2]
-        w = self._cast.get(x.dtype)["w_qkv"].reshape(3, *(1,) * len(lead), self.n_heads, self.d_model, self.d_k)
+        w = self._cast.get(x.dtype)["w_qkv"]                       # (3, 1, h, d_model, d_k): for one batch axis
+        if x.ndim != 3:
+            w = w.reshape(3, *(1,) * (x.ndim - 2), self.n_heads, self.d_model, self.d_k)
         # (1, ..., 1, n, d_model) @ (3, 1.., h, d_model, d_k): every head of Q, K and V in one call, laid
         # out (3, ..., h, n, d_k) so each of q, k, v is contiguous and needs no copy before attention.
         return np.matmul(x[None, ..., None, :, :], w)
