@@ -17,6 +17,8 @@ from marshmallow import EXCLUDE, INCLUDE, RAISE, ValidationError, missing
 from marshmallow.error_store import ErrorStore
 from marshmallow.fields import Field
 
+ASK = object()  # in a plan: an absent field's value needs the field (required, or a callable default)
+
 
 class Schema(marshmallow.Schema):
     """marshmallow's Schema; loading one JSON object takes the lean loop (see the module docstring)."""
@@ -25,12 +27,15 @@ class Schema(marshmallow.Schema):
         """marshmallow (re)builds the fields here: at __init__, and on the copy a Nested field makes of a
         schema instance (narrowed by its ``only``/``exclude``, if any). The loop's plan follows."""
         super()._init_fields()
-        # (JSON key, key in the loaded dict, field) for every loaded field, in declaration order
-        self._plan: tuple[tuple[str, str, Field], ...] = tuple(
-            (field.data_key if field.data_key is not None else name, field.attribute or name, field)
+        # (JSON key, key in the loaded dict, field, value when absent) for every loaded field, in declaration
+        # order. The value when absent is what Field.deserialize gives an absent optional field: its fixed
+        # load_default (``missing`` if none), known now; ASK for a required field or a callable default.
+        self._plan: tuple[tuple[str, str, Field, Any], ...] = tuple(
+            (field.data_key if field.data_key is not None else name, field.attribute or name, field,
+             ASK if field.required or callable(field.load_default) else field.load_default)
             for name, field in self.load_fields.items())
-        self._known = frozenset(key for key, _, _ in self._plan)
-        self._lean = not any("." in name for _, name, _ in self._plan)  # dotted attributes nest: marshmallow's
+        self._known = frozenset(key for key, _, _, _ in self._plan)
+        self._lean = not any("." in name for _, name, _, _ in self._plan)  # dotted attributes nest: marshmallow's
 
     def _deserialize(self, data: Any, *, error_store: ErrorStore, many: bool = False, partial: Any = None,
                      unknown: str = RAISE, index: int | None = None) -> Any:
@@ -39,10 +44,12 @@ class Schema(marshmallow.Schema):
                                         unknown=unknown, index=index)
         index = index if self.opts.index_errors else None
         loaded = self.dict_class()
-        for key, name, field in self._plan:
+        for key, name, field, absent in self._plan:
             raw = data.get(key, missing)
-            if raw is missing and not field.required:  # what Field.deserialize does with an absent value
-                value = field.load_default() if callable(field.load_default) else field.load_default
+            if raw is missing and absent is not ASK:
+                value = absent
+            elif raw is missing and not field.required:  # a callable default
+                value = field.load_default()
             else:
                 try:
                     value = field.deserialize(raw, key, data)
