@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import re
 import sys
 import time
@@ -42,6 +43,12 @@ METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 def request_id() -> str | None:
     """The current request's id (None outside a request)."""
     return request.environ.get(REQUEST_ID) if has_request_context() else None
+
+
+def _fresh_id() -> str:
+    """32 random hex digits. An id needs to be unique, not secret: Python's generator (reseeded in every
+    forked worker) instead of os.urandom, a system call per request."""
+    return f"{random.getrandbits(128):032x}"
 
 
 @functools.lru_cache(maxsize=2)
@@ -69,7 +76,7 @@ class RequestObserver:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         sent = environ.get(ENVIRON_KEY)
-        rid = environ[REQUEST_ID] = sent if sent and SANE_ID.fullmatch(sent) else os.urandom(16).hex()
+        rid = environ[REQUEST_ID] = sent if sent and SANE_ID.fullmatch(sent) else _fresh_id()
         started = time.perf_counter()
         answer: list = []
 

@@ -241,3 +241,18 @@ def test_log_timestamps_are_datetimes_iso_format_in_utc():
     before, stamp, after = datetime.now(UTC), _now(), datetime.now(UTC)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", stamp)
     assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= datetime.fromisoformat(stamp) <= after
+
+
+def test_forked_workers_do_not_generate_the_same_request_ids():
+    from service.observability import _fresh_id
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a worker forked from the same master: its generator must not replay the parent's
+        os.write(write, _fresh_id().encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    theirs, ours = os.read(read, 64).decode(), _fresh_id()
+    os.close(read)
+    os.close(write)
+    assert re.fullmatch(r"[0-9a-f]{32}", theirs) and theirs != ours
