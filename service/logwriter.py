@@ -10,13 +10,17 @@ and timeouts (SIGABRT) all reach: only a SIGKILL loses lines, at most one interv
 A batch is never larger than PIPE_BUF (4096 bytes) by default, so on a pipe (docker's stdout) the
 batches of different workers never interleave, as single lines never did.
 
-Env: LOG_BUFFER_BYTES [4096; 0 writes every line at once], LOG_FLUSH_SECONDS [1].
+A write that fails (stdout closed or full) loses its lines and is reported on the app log (stderr);
+requests and the timer go on.
+
+Env: LOG_BUFFER_BYTES [4096], LOG_FLUSH_SECONDS [1]; either <= 0 writes every line at once.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import threading
 import time
@@ -27,8 +31,8 @@ PIPE_BUF = 4096  # POSIX: writes up to this size to a pipe are atomic
 
 class LineWriter:
     """Lines (bytes, newline-terminated) to a file descriptor, in batches of at most ``max_bytes``
-    (a longer line goes alone), each line waiting at most ``max_seconds``. Thread-safe; a forked
-    child starts with nothing pending (the parent writes its own lines)."""
+    (a longer line goes alone), each line waiting at most ``max_seconds`` (either <= 0: every line at
+    once). Thread-safe; a forked child starts with nothing pending (the parent writes its own lines)."""
 
     def __init__(self, fd: int, max_bytes: int = PIPE_BUF, max_seconds: float = 1.0) -> None:
         self.fd, self.max_bytes, self.max_seconds = fd, max_bytes, max_seconds
@@ -44,8 +48,8 @@ class LineWriter:
 
     def write(self, line: bytes) -> None:
         """Add one line; written when the batch is full, within ``max_seconds``, or at exit."""
-        if self.max_bytes <= 0:
-            _write_all(self.fd, line)
+        if self.max_bytes <= 0 or self.max_seconds <= 0:
+            self._write(line)
             return
         with self._lock:
             if self._size + len(line) > self.max_bytes:
@@ -66,7 +70,13 @@ class LineWriter:
             batch = b"".join(self._lines)
             self._lines.clear()
             self._size = 0
-            _write_all(self.fd, batch)
+            self._write(batch)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            _write_all(self.fd, data)
+        except OSError as error:
+            logging.getLogger(__name__).error("%d bytes of request log lines lost: %s", len(data), error)
 
     def _flush_every_interval(self) -> None:
         while True:

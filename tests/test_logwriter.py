@@ -65,6 +65,28 @@ def test_without_a_buffer_every_line_is_written_at_once(pipe):
     assert pending(read) == LINE
 
 
+def test_no_interval_writes_every_line_at_once(pipe):
+    read, write = pipe
+    LineWriter(write, max_bytes=PIPE_BUF, max_seconds=0).write(LINE)
+    assert pending(read) == LINE
+
+
+@pytest.mark.parametrize("max_bytes", [0, PIPE_BUF])
+def test_a_failed_write_loses_its_lines_says_so_and_the_writer_goes_on(caplog, max_bytes):
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: every write fails with EPIPE
+    writer = LineWriter(write, max_bytes=max_bytes, max_seconds=60)
+    try:
+        writer.write(LINE)
+        writer.flush()
+        writer.write(LINE)
+        writer.flush()
+    finally:
+        os.close(write)
+    lost = [record for record in caplog.records if "request log lines lost" in record.getMessage()]
+    assert len(lost) == 2 and all(record.levelname == "ERROR" for record in lost)
+
+
 def test_an_idle_writer_writes_its_lines_within_max_seconds(pipe):
     read, write = pipe
     writer = LineWriter(write, max_bytes=PIPE_BUF, max_seconds=0.2)
