@@ -33,7 +33,11 @@ class App(Flask):
     request, for each of them: ~1% of a demo-sized request). No view here is async; one would still work."""
 
     def ensure_sync(self, func: Callable) -> Callable:
-        return self.async_to_sync(func) if _is_coroutine_function(func) else func
+        try:
+            coroutine = _is_coroutine_function(func)
+        except TypeError:  # an unhashable callable: asked every time, as Flask does
+            coroutine = inspect.iscoroutinefunction(func)
+        return self.async_to_sync(func) if coroutine else func
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -43,7 +47,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.json = OrjsonProvider(app)
     app.config.update(config or {})
     app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
-    observability.init_app(app)  # first: every answer below gets a request id, metrics and a log line
+    observability.init_app(app)  # a middleware: every answer gets a request id, metrics and a log line
     security.init_app(app)
     api = init_api(app)
     for blueprint in BLUEPRINTS:

@@ -30,10 +30,11 @@ from prometheus_client import (
 )
 
 # In multiprocess mode every update of a value asks os.getpid() (a system call) whether the process
-# forked since: 12 per request. The process identifier is prometheus-client's documented hook; it
-# must be the pid (files are named by it, and gunicorn.conf.py marks dead pids), so it is read from
-# a box refreshed in every forked child, through C callables only (no Python frame per update). It
-# has to be in place before the first metric below is created.
+# forked since: 11 per request. prometheus-client's MultiProcessValue takes another process_identifier
+# ("at your own risk", its docstring says: it must differ between live processes); ours must be the
+# pid (files are named by it, and gunicorn.conf.py marks dead pids), so it is read from a box refreshed
+# in every forked child, through C callables only (no Python frame per update). values.ValueClass is
+# what every metric reads when it creates a value: set before the first metric below.
 _PID = [os.getpid()]
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))

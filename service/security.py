@@ -110,8 +110,8 @@ class Cors:
 def init_app(app: Flask) -> None:
     """Auth and CORS from ``API_KEYS`` / ``CORS_ORIGINS`` (app config first, then the environment).
 
-    Call before the Api is created (it documents the optional bearer scheme) and after
-    :func:`service.observability.init_app` (a 401 still gets its request id and metrics).
+    Call before the Api is created (it documents the optional bearer scheme). A 401 gets its request id,
+    metrics and log line like any answer: the observer (service.observability) wraps the whole app.
     """
     app.config.setdefault("API_SPEC_OPTIONS", SPEC_OPTIONS)
     configured = app.config.get("API_KEYS", os.environ.get("API_KEYS"))

@@ -243,6 +243,25 @@ def test_log_timestamps_are_datetimes_iso_format_in_utc():
     assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= datetime.fromisoformat(stamp) <= after
 
 
+def test_the_method_label_is_upper_case_as_werkzeug_reads_it(client, capfd):
+    log_lines(capfd)
+    client.open("/healthz", method="get", headers={"X-Request-Id": "lower"})
+    [line] = [line for line in log_lines(capfd) if line["request_id"] == "lower"]
+    assert line["method"] == "GET" and line["route"] == "/healthz"
+
+
+@pytest.mark.parametrize(("epoch", "stamp"), [(1764467190.8309999, "2025-11-30T01:46:30.831+00:00"),
+                                              (1764467190.9999996, "2025-11-30T01:46:31.000+00:00"),
+                                              (1764467190.0004, "2025-11-30T01:46:30.000+00:00")])
+def test_log_timestamps_round_to_the_microsecond_first_as_datetime_does(monkeypatch, epoch, stamp):
+    from datetime import UTC, datetime
+
+    from service import observability
+
+    monkeypatch.setattr(observability.time, "time", lambda: epoch)
+    assert observability._now() == stamp == datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
 def test_forked_workers_do_not_generate_the_same_request_ids():
     from service.observability import _fresh_id
 
