@@ -8,8 +8,9 @@ a free loopback port: the real one serves service.wsgi:app, the baseline benchma
 the same body with orjson, returns a fixed JSON of the answer's shape). wrk (C, one thread, its Lua
 script benchmarks/http_body.lua) sends demo-5 sized multi-head attention with fresh random embeddings
 in every request (5x8, 4 heads, causal) at each number of concurrent clients, after a short warm-up:
-``--rounds`` runs of ``--seconds`` per server, alternating bare and real. Printed per level: medians of
-requests/s and p50/p99 latency, errors for both, and the median of the paired ratios (each round's).
+``--rounds`` runs of ``--seconds`` per server, alternating bare and real (who goes first swaps each
+round). Printed per level: medians of requests/s and p50/p99 latency, errors for both, and the median
+of the paired ratios (each round's).
 The load generator's own CPU use is printed too, to show it is not the bottleneck. Targets (issue 7):
 real >= 65% of the bare throughput, 0 errors, p99 < 20 ms at 8 clients. A benchmark: nothing asserts.
 """
@@ -53,16 +54,18 @@ def wrk(url: str, clients: int, seconds: int) -> dict:
 def measure(levels: list[int], seconds: float, rounds: int) -> dict[str, dict[int, list[dict]]]:
     """Both servers up at once; per level, ``rounds`` runs of each, alternating bare and real, so a noisy
     minute of this shared machine lands on both sides (measured in two phases, one noisy phase moved the
-    ratio by 10 points). An idle sync worker sleeps in select(): the other server costs nothing meanwhile."""
+    ratio by 10 points), and which goes first swaps every round (with a fixed order, the second server of
+    each round measured 3-6% slower at 1 client). An idle sync worker sleeps in select(): the other server
+    costs nothing meanwhile."""
     runs: dict[str, dict[int, list[dict]]] = {name: {level: [] for level in levels} for name in APPS}
     with contextlib.ExitStack() as stack:
         urls = {name: stack.enter_context(gunicorn(app=app)).url for name, app in APPS.items()}
         for url in urls.values():
             wrk(url, 4, 1)  # warm-up: imports, first allocations, example caches
         for level in levels:
-            for _ in range(rounds):
-                for name, url in urls.items():
-                    runs[name][level].append(wrk(url, level, seconds))
+            for round_ in range(rounds):
+                for name in (APPS if round_ % 2 == 0 else reversed(APPS)):
+                    runs[name][level].append(wrk(urls[name], level, seconds))
     return runs
 
 
