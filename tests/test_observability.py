@@ -35,6 +35,12 @@ def value(samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def elements_sum() -> float:
+    """The attention weights counted so far in this process (updates are applied in batches: test_metrics)."""
+    metrics.TALLY.flush()
+    return metrics.ELEMENTS._sum.get()
+
+
 def log_lines(capfd) -> list[dict]:
     stdout_lines().flush()  # request lines are written in batches (see test_logwriter)
     return [orjson.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
@@ -174,10 +180,11 @@ def test_batch_sizes_hook(client):
 def test_documented_examples_are_not_counted_as_work(client):
     from service.api import examples
 
-    before = metrics.ELEMENTS._sum.get()
+    client.post("/v1/multi-head-attention", json=DEMO5)  # counted: the sum is live
+    before = elements_sum()
     examples.response.cache_clear()
     examples.response("multi-head-attention")
-    assert metrics.ELEMENTS._sum.get() == before
+    assert elements_sum() == before
 
 
 def test_a_batch_records_its_size_and_the_items_work(client):
@@ -195,18 +202,18 @@ def test_a_failed_stack_is_not_counted_on_top_of_its_items(client):
     """Two attention items sharing a mask that fits neither: the stacked call fails in the engine and each
     item is recomputed alone; only the work that was kept counts (as for two single requests)."""
     body = {"query": [[1.0]], "key": [[1.0], [0.0]], "value": [[1.0], [2.0]], "mask": [[True, True, True]]}
-    singles_before = metrics.ELEMENTS._sum.get()
+    singles_before = elements_sum()
     for _ in range(2):
         assert client.post("/v1/attention", json=body).status_code == 422
-    singles = metrics.ELEMENTS._sum.get() - singles_before
-    before = metrics.ELEMENTS._sum.get()
+    singles = elements_sum() - singles_before
+    before = elements_sum()
     items = [{"id": str(i), "op": "attention", "body": body} for i in range(2)]
     assert client.post("/v1/batch", json={"requests": items}).status_code == 200
-    assert metrics.ELEMENTS._sum.get() - before == singles
+    assert elements_sum() - before == singles == 2 * 2  # each item: 1 query x 2 keys, counted before it failed
 
 
 def test_a_new_app_has_counted_no_work():
-    code = ("from service import create_app, metrics; create_app(); "
+    code = ("from service import create_app, metrics; create_app(); metrics.TALLY.flush(); "
             "print(metrics.ELEMENTS._sum.get(), sum(bucket.get() for bucket in metrics.ELEMENTS._buckets))")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
