@@ -13,12 +13,21 @@ import numpy as np
 
 from .errors import AttentionError
 
+FLOAT32, FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def all_finite(array: np.ndarray) -> bool:
+    """Whether no value is NaN or infinite. ``np.isfinite(a).all()`` goes through a Python wrapper
+    (numpy's ``_methods._all``) that costs as much as the test itself on the engine's small arrays."""
+    return bool(np.logical_and.reduce(np.isfinite(array), axis=None))
+
 
 def working_dtype(*arrays: np.ndarray) -> np.dtype:
     """float32 when every input is float32, float64 otherwise (the seed's precision)."""
-    if arrays and all(a.dtype == np.float32 for a in arrays):
-        return np.dtype(np.float32)
-    return np.dtype(np.float64)
+    for array in arrays:  # a loop, not all(<generator>): called on every engine call
+        if array.dtype != FLOAT32:
+            return FLOAT64
+    return FLOAT32 if arrays else FLOAT64
 
 
 def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
@@ -33,7 +42,7 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
         raise AttentionError(name, f"expected rank >= {min_rank}, got shape {array.shape}")
     if array.size == 0:
         raise AttentionError(name, f"expected no empty axis, got shape {array.shape}")
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
+    if array.dtype.kind == "f" and not all_finite(array):
         raise AttentionError(name, "values must be finite (no NaN or infinity)")
     return array
 
@@ -46,7 +55,7 @@ def to_working(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
         return array
     with np.errstate(over="ignore"):
         cast = array.astype(dtype)
-    if array.dtype.kind == "f" and array.dtype.itemsize > dtype.itemsize and not np.isfinite(cast).all():
+    if array.dtype.kind == "f" and array.dtype.itemsize > dtype.itemsize and not all_finite(cast):
         raise AttentionError(name, f"values beyond the range of {dtype}")
     return cast
 
@@ -67,6 +76,8 @@ def as_bool_mask(mask, name: str, target: tuple[int, ...]) -> np.ndarray:
 
 def positive_int(value, name: str) -> int:
     """A strictly positive Python int (booleans and fractions refused)."""
+    if type(value) is int and value >= 1:  # the usual case, without the costlier ABC check below
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise AttentionError(name, f"expected a positive integer, got {value!r}")
     return int(value)
@@ -74,6 +85,8 @@ def positive_int(value, name: str) -> int:
 
 def seed_int(value, name: str = "seed") -> int:
     """A non-negative integer seed for ``np.random.default_rng``."""
+    if type(value) is int and value >= 0:  # the usual case, as in positive_int
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise AttentionError(name, f"expected a non-negative integer, got {value!r}")
     return int(value)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_bool_mask, as_real_array, to_working, working_dtype
+from ._checks import all_finite, as_bool_mask, as_real_array, to_working, working_dtype
 from .errors import AttentionError
 
 # Bytes in one score tile. Small enough to stay in cache between the score matmul, the softmax
@@ -105,13 +105,13 @@ def _scores_may_overflow(q: np.ndarray, k: np.ndarray) -> bool:
 
 def _require_finite_scores(scores: np.ndarray) -> None:
     """-inf must mean "masked" only: a score that overflowed to +-inf is the input's fault."""
-    if not np.isfinite(scores).all():
+    if not all_finite(scores):
         raise AttentionError("query", "the attention scores overflowed: input values are too large")
 
 
 def require_finite(array: np.ndarray, argument: str) -> None:
     """Raise when a result overflowed: finite inputs so large that their products are not."""
-    if not np.isfinite(array).all():
+    if not all_finite(array):
         raise AttentionError(argument, "the computation overflowed: input values are too large")
 
 

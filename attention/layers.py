@@ -87,10 +87,10 @@ class SelfAttention:
     def __init__(self, d_model: int, d_k: int | None = None, seed: int = 0, *, w_q=None, w_k=None, w_v=None):
         self.d_model = positive_int(d_model, "d_model")
         self.d_k = self.d_model if d_k is None else positive_int(d_k, "d_k")
-        given = [w is not None for w in (w_q, w_k, w_v)]
-        if any(given) and not all(given):
+        missing = (w_q is None) + (w_k is None) + (w_v is None)
+        if missing not in (0, 3):
             raise AttentionError("weights", "give all of w_q, w_k, w_v or none of them")
-        if all(given):
+        if not missing:
             shape, meaning = (self.d_model, self.d_k), "(d_model, d_k)"
             self.W_q, self.W_k, self.W_v = (
                 _explicit(w, n, shape, meaning) for w, n in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v"))
@@ -175,10 +175,10 @@ class MultiHeadAttention:
         if self.d_model % self.n_heads:
             raise AttentionError("n_heads", f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         self.d_k = self.d_model // self.n_heads
-        given = [w is not None for w in (w_q, w_k, w_v, w_o)]
-        if any(given) and not all(given):
+        missing = (w_q is None) + (w_k is None) + (w_v is None) + (w_o is None)
+        if missing not in (0, 4):
             raise AttentionError("weights", "give all of w_q, w_k, w_v, w_o or none of them")
-        if all(given):
+        if not missing:
             shape, meaning = (self.n_heads, self.d_model, self.d_k), "(n_heads, d_model, d_k)"
             heads = _HeadWeights.build(
                 *(_explicit(w, n, shape, meaning) for w, n in ((w_q, "w_q"), (w_k, "w_k"), (w_v, "w_v"))),

@@ -188,6 +188,9 @@ INVALID = [
     ("heads zero", lambda: attention.MultiHeadAttention(8, 0), "n_heads", "positive"),
     ("seed negative", lambda: attention.MultiHeadAttention(8, 2, seed=-1), "seed", "non-negative"),
     ("seed fraction", lambda: attention.SelfAttention(4, 4, seed=1.5), "seed", "non-negative integer"),
+    ("seed bool", lambda: attention.SelfAttention(4, 4, seed=True), "seed", "non-negative integer"),
+    ("heads bool", lambda: attention.MultiHeadAttention(8, True), "n_heads", "positive integer"),
+    ("heads numpy negative", lambda: attention.MultiHeadAttention(8, np.int64(-2)), "n_heads", "positive integer"),
     ("x width", lambda: attention.MultiHeadAttention(8, 2)(np.ones((3, 5))), "X", "d_model=8"),
     ("w_q shape", lambda: attention.MultiHeadAttention(8, 2, w_q=np.ones((2, 8, 3)), w_k=np.ones((2, 8, 4)),
                                                        w_v=np.ones((2, 8, 4)), w_o=np.ones((8, 8))),
@@ -242,6 +245,12 @@ def test_encoder_trace_matches_the_forward_pass(rng):
     stages = first.as_dict()
     assert list(stages) == ["attention", "add_norm_1", "feed_forward", "output"]
     assert stages["attention"]["q"].shape == (2, 6, 4)
+
+
+def test_numpy_integers_are_accepted_as_sizes_and_seeds():
+    layer = attention.MultiHeadAttention(np.int64(8), np.int32(2), seed=np.uint8(3))
+    assert (layer.d_model, layer.n_heads, layer.d_k) == (8, 2, 4) and type(layer.n_heads) is int
+    np.testing.assert_array_equal(layer.w_q, attention.MultiHeadAttention(8, 2, seed=3).w_q)
 
 
 def test_seeded_weights_are_memoised_and_read_only():
