@@ -40,7 +40,11 @@ def _cast(array: np.ndarray, dtype: str, name: str) -> np.ndarray:
 
 def batch_size(*arrays: np.ndarray | None, core: int = 2) -> int:
     """Largest product of leading (batch/head) axes among the arrays, core axes excluded."""
-    return max(math.prod(a.shape[:-core]) for a in arrays if a is not None)
+    largest = 1
+    for array in arrays:  # a loop, not max(<generator>): on every request
+        if array is not None:
+            largest = max(largest, math.prod(array.shape[:-core]))
+    return largest
 
 
 def _run(params: Params, call: Callable[[bool], tuple], trace: Callable[[], engine.AttentionTrace]) -> Result:

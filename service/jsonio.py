@@ -163,10 +163,11 @@ def parse_request(schema: Schema, location: str, precheck: Callable[[Any], None]
     before validating any). Invalid data: 422 with one pointer (body) or parameter (query) per message.
     Unknown query parameters are ignored; unknown body members are refused (the schema's default).
     """
+    current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again
     if location == "json":
-        data, unknown = load_json_body(request), None
+        data, unknown = load_json_body(current), None
     else:
-        data, unknown = query_args(request), EXCLUDE
+        data, unknown = query_args(current), EXCLUDE
     if precheck is not None:
         precheck(data)
     try:

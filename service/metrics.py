@@ -15,7 +15,7 @@ import bisect
 import functools
 import operator
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -82,27 +82,28 @@ class Tally(Deferred):
     def _reset(self) -> None:
         self._pending: dict[object, float] = {}  # a metric's value object -> the amount to add to it
 
-    def inc(self, counter: Counter, amount: float = 1.0) -> None:
-        """``counter.inc(amount)``, deferred."""
+    def add(self, counters: Iterable[Counter] = (), observations: Iterable[tuple[Histogram, float]] = ()) -> None:
+        """``counter.inc()`` for each counter and ``histogram.observe(amount)`` for each pair, deferred (a
+        histogram's update: its sum, and the count of its first bucket >= amount), under one lock."""
         if self.max_seconds <= 0:
-            counter.inc(amount)
+            for counter in counters:
+                counter.inc()
+            for histogram, amount in observations:
+                histogram.observe(amount)
             return
         with self._lock:
-            self._add(counter._value, amount)
+            pending = self._pending
+            for counter in counters:
+                pending[counter._value] = pending.get(counter._value, 0.0) + 1.0
+            for histogram, amount in observations:
+                bucket = histogram._buckets[bisect.bisect_left(histogram._upper_bounds, amount)]
+                pending[bucket] = pending.get(bucket, 0.0) + 1.0
+                pending[histogram._sum] = pending.get(histogram._sum, 0.0) + amount
+            self._added()
 
     def observe(self, histogram: Histogram, amount: float) -> None:
-        """``histogram.observe(amount)``, deferred: its sum and the count of its first bucket >= amount."""
-        if self.max_seconds <= 0:
-            histogram.observe(amount)
-            return
-        bucket = histogram._buckets[bisect.bisect_left(histogram._upper_bounds, amount)]
-        with self._lock:
-            self._add(histogram._sum, amount)
-            self._add(bucket, 1.0)
-
-    def _add(self, value: object, amount: float) -> None:
-        self._pending[value] = self._pending.get(value, 0.0) + amount
-        self._added()
+        """``histogram.observe(amount)``, deferred."""
+        self.add(observations=((histogram, amount),))
 
     def _apply(self) -> None:
         pending = self._pending

@@ -112,11 +112,7 @@ class RequestObserver:
         sent = get_content_length(environ) or 0
         size = next((int(value) for name, value in headers if name == "Content-Length"), 0)
         count, latency, request_size, response_size = self._metrics(route, method, status)
-        tally = metrics.TALLY
-        tally.inc(count)
-        tally.observe(latency, seconds)
-        tally.observe(request_size, sent)
-        tally.observe(response_size, size)
+        metrics.TALLY.add((count,), ((latency, seconds), (request_size, sent), (response_size, size)))
         if self.lines is not None:
             path = req.path if req is not None else environ.get("PATH_INFO", "")
             line = {"time": _now(), "level": "info", "event": "request", "request_id": rid, "method": method,

@@ -29,14 +29,13 @@ def test_a_flush_gives_what_the_same_updates_one_by_one_give():
     for amount in AMOUNTS:
         counter.labels("a").inc()
         histogram.labels("a").observe(amount)
-    counter.labels("b").inc(2.5)
+    counter.labels("b").inc(2)
 
     deferred, counter, histogram = fresh_metrics()
     tally = Tally(max_seconds=60)
     for amount in AMOUNTS:
-        tally.inc(counter.labels("a"))
-        tally.observe(histogram.labels("a"), amount)
-    tally.inc(counter.labels("b"), 2.5)
+        tally.add((counter.labels("a"),), ((histogram.labels("a"), amount),))
+    tally.add((counter.labels("b"), counter.labels("b")))
     assert histogram.labels("a")._sum.get() == 0 and counter.labels("b")._value.get() == 0  # nothing applied yet
     tally.flush()
     assert exposition_without_created(deferred) == exposition_without_created(direct)
@@ -47,7 +46,7 @@ def test_a_flush_gives_what_the_same_updates_one_by_one_give():
 def test_without_an_interval_every_update_is_applied_at_once():
     _, counter, histogram = fresh_metrics()
     tally = Tally(max_seconds=0)
-    tally.inc(counter.labels("a"))
+    tally.add((counter.labels("a"),))
     tally.observe(histogram.labels("a"), 100.0)
     assert counter.labels("a")._value.get() == 1.0
     assert histogram.labels("a")._sum.get() == 100.0
@@ -56,7 +55,7 @@ def test_without_an_interval_every_update_is_applied_at_once():
 def test_pending_updates_are_applied_within_the_interval():
     _, counter, _ = fresh_metrics()
     tally = Tally(max_seconds=0.05)
-    tally.inc(counter.labels("a"))
+    tally.add((counter.labels("a"),))
     deadline = time.monotonic() + 5
     while counter.labels("a")._value.get() == 0:
         assert time.monotonic() < deadline, "not applied by the timer"
@@ -68,7 +67,7 @@ def test_pending_updates_are_applied_within_the_interval():
 def test_a_forked_child_starts_with_nothing_pending():
     _, counter, _ = fresh_metrics()
     tally = Tally(max_seconds=60)
-    tally.inc(counter.labels("a"), 3.0)
+    tally.add([counter.labels("a")] * 3)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its flush must not apply the parent's pending update a second time
