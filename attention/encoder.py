@@ -64,7 +64,7 @@ class EncoderBlock:
 
     def feed_forward(self, x: np.ndarray) -> np.ndarray:
         """Position-wise: each token alone goes through ReLU(x W_1) W_2, (..., n, d_model)."""
-        w = self._cast.get(x.dtype)
+        w = self._cast[x.dtype]
         hidden = x @ w["w_1"]                             # (..., n, d_ff)
         np.maximum(hidden, 0, out=hidden)                 # ReLU
         return hidden @ w["w_2"]                          # (..., n, d_model)

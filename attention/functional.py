@@ -77,7 +77,8 @@ def _softmax_rows_inplace(tile: np.ndarray, *, rows_may_be_empty: bool = True) -
     ``rows_may_be_empty=False``: the caller knows every row has a finite score (no user
     mask, scores checked or bounded), so the maxima need no inspection.
     """
-    peak = tile.max(axis=-1, keepdims=True)             # (..., t, 1)
+    # The reductions as np.maximum/np.add.reduce: tile.max()/tile.sum() add a Python call each (numpy's _methods).
+    peak = np.maximum.reduce(tile, axis=-1, keepdims=True)  # (..., t, 1)
     empty_rows = rows_may_be_empty and not np.isfinite(peak).all()
     if empty_rows:
         if np.isnan(peak).any() or np.isposinf(peak).any():
@@ -85,7 +86,7 @@ def _softmax_rows_inplace(tile: np.ndarray, *, rows_may_be_empty: bool = True) -
         peak[np.isneginf(peak)] = 0.0                   # rows with every key masked
     tile -= peak
     np.exp(tile, out=tile)
-    total = tile.sum(axis=-1, keepdims=True)            # (..., t, 1): >= 1 in a row with a finite peak
+    total = np.add.reduce(tile, axis=-1, keepdims=True)  # (..., t, 1): >= 1 in a row with a finite peak
     if empty_rows:
         np.divide(1.0, total, out=total, where=total > 0)   # rows of zeros stay zero
     else:

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_bool_mask, as_real_array, check_shape, positive_int, seed_int, to_working, working_dtype
+from ._checks import (
+    FLOAT32,
+    FLOAT64,
+    as_bool_mask,
+    as_real_array,
+    check_shape,
+    positive_int,
+    seed_int,
+    to_working,
+    working_dtype,
+)
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import (
@@ -62,19 +72,21 @@ def _input(X, name: str, d_model: int) -> np.ndarray:
     x = as_real_array(X, name, 2)
     if x.shape[-1] != d_model:
         raise AttentionError(name, f"expected shape (..., n, d_model={d_model}), got {x.shape}")
+    if x.dtype == FLOAT64 or x.dtype == FLOAT32:  # the usual case: already a working dtype
+        return x
     return to_working(x, working_dtype(x), name)
 
 
-class CastCache:
-    """Weights cast once per working dtype (float32 inputs must not upcast the computation)."""
+class CastCache(dict):
+    """Weights cast once per working dtype (float32 inputs must not upcast the computation):
+    ``cache[dtype]`` is {name: weights in that dtype}. A dict, so a hit costs no Python call."""
 
     def __init__(self, **weights: np.ndarray) -> None:
-        self._weights = {np.dtype(np.float64): {k: w.astype(np.float64, copy=False) for k, w in weights.items()}}
+        super().__init__({FLOAT64: {k: w.astype(np.float64, copy=False) for k, w in weights.items()}})
 
-    def get(self, dtype: np.dtype) -> dict[str, np.ndarray]:
-        if dtype not in self._weights:
-            self._weights[dtype] = {k: to_working(w, dtype, k) for k, w in self._weights[np.dtype(np.float64)].items()}
-        return self._weights[dtype]
+    def __missing__(self, dtype: np.dtype) -> dict[str, np.ndarray]:
+        self[dtype] = {k: to_working(w, dtype, k) for k, w in self[FLOAT64].items()}
+        return self[dtype]
 
 
 class SelfAttention:
@@ -101,7 +113,7 @@ class SelfAttention:
 
     def _project(self, X):
         x = _input(X, "X", self.d_model)
-        w = self._cast.get(x.dtype)
+        w = self._cast[x.dtype]
         with np.errstate(over="ignore", invalid="ignore"):        # an overflow surfaces as a clear error later
             return x @ w["w_q"], x @ w["w_k"], x @ w["w_v"]      # each (..., n, d_k)
 
@@ -187,6 +199,7 @@ class MultiHeadAttention:
             heads = _seeded_heads(self.d_model, self.n_heads, seed_int(seed))
         self.w_q, self.w_k, self.w_v, self.w_o = heads.w_q, heads.w_k, heads.w_v, heads.w_o
         self._cast = heads.cast
+        self._scale = default_scale(self.d_k)
 
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k), contiguous views of one new buffer."""
@@ -196,7 +209,7 @@ class MultiHeadAttention:
 
     def _qkv(self, x: np.ndarray) -> np.ndarray:
         """Checked x (..., n, d_model) -> (3, ..., h, n, d_k): Q, K and V of every head; the caller sets np.errstate."""
-        w = self._cast.get(x.dtype)["w_qkv"]                       # (3, 1, h, d_model, d_k): for one batch axis
+        w = self._cast[x.dtype]["w_qkv"]                       # (3, 1, h, d_model, d_k): for one batch axis
         if x.ndim != 3:
             w = w.reshape(3, *(1,) * (x.ndim - 2), self.n_heads, self.d_model, self.d_k)
         # (1, ..., 1, n, d_model) @ (3, 1.., h, d_model, d_k): every head of Q, K and V in one call, laid
@@ -211,7 +224,7 @@ class MultiHeadAttention:
         b, n, _ = items.shape
         groups = b * self.n_heads
         q, k, v = self._qkv(items).reshape(3, groups, n, self.d_k)  # each (b*h, n, d_k), a view
-        q *= default_scale(self.d_k)                   # q is ours: scaled in place, n*d_k work instead of n*n
+        q *= self._scale                               # q is ours: scaled in place, n*d_k work instead of n*n
         wrapped = None if mask is None else GroupMask(np.atleast_2d(mask), (b, self.n_heads))
         heads = attend_groups(q, k, v, wrapped, causal, weights)      # (b*h, n, d_k)
         return self._concatenate(heads.reshape(b, self.n_heads, n, self.d_k), out=out)
@@ -227,7 +240,7 @@ class MultiHeadAttention:
 
     def _mix(self, concatenated: np.ndarray) -> np.ndarray:
         """(..., n, h*d_k) @ W_o -> (..., n, d_model); the caller sets np.errstate."""
-        mixed = concatenated @ self._cast.get(concatenated.dtype)["w_o"]
+        mixed = concatenated @ self._cast[concatenated.dtype]["w_o"]
         require_finite(mixed, "X")                                   # also catches heads that overflowed
         return mixed
 
@@ -243,16 +256,17 @@ class MultiHeadAttention:
         """
         x = _input(X, "X", self.d_model)
         lead, n = x.shape[:-2], x.shape[-2]
-        mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
+        if mask is not None:
+            mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
         items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
         weights = np.empty((len(items) * self.n_heads, n, n), x.dtype) if return_weights else None  # (B*h, n, n)
-        chunks = _chunks(len(items), 3 * items.nbytes // len(items))
         with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
-            if len(chunks) == 1:
-                concatenated = self._heads(items, _items_of(mask, lead, chunks[0]), causal, weights)  # (B, n, h*d_k)
+            if 3 * items.nbytes <= CHUNK_BYTES:                     # one chunk: computed whole
+                mask = None if mask is None else _items_of(mask, lead, slice(0, len(items)))
+                concatenated = self._heads(items, mask, causal, weights)  # (B, n, h*d_k)
             else:
                 concatenated = np.empty_like(items)
-                for chunk in chunks:
+                for chunk in _chunks(len(items), 3 * items.nbytes // len(items)):
                     heads = slice(chunk.start * self.n_heads, chunk.stop * self.n_heads)
                     self._heads(items[chunk], _items_of(mask, lead, chunk), causal,
                                 None if weights is None else weights[heads], out=concatenated[chunk])
