@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -54,7 +58,7 @@ def test_without_an_interval_every_update_is_applied_at_once():
 
 def test_pending_updates_are_applied_within_the_interval():
     _, counter, _ = fresh_metrics()
-    tally = Tally(max_seconds=0.05)
+    tally = Tally(max_seconds=0.2)
     tally.add((counter.labels("a"),))
     deadline = time.monotonic() + 5
     while counter.labels("a")._value.get() == 0:
@@ -80,3 +84,77 @@ def test_a_forked_child_starts_with_nothing_pending():
     os.close(write)
     tally.flush()
     assert counter.labels("a")._value.get() == 3.0
+
+
+def test_nan_goes_into_the_sum_and_no_bucket_as_with_observe():
+    direct, _, histogram = fresh_metrics()
+    histogram.labels("a").observe(float("nan"))
+    deferred, _, histogram = fresh_metrics()
+    tally = Tally(max_seconds=60)
+    tally.observe(histogram.labels("a"), float("nan"))
+    tally.flush()
+    assert exposition_without_created(deferred) == exposition_without_created(direct)
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan")])
+def test_an_interval_must_be_finite(seconds):
+    with pytest.raises(ValueError, match="finite"):
+        Tally(max_seconds=seconds)
+
+
+class FailsOnce:
+    """A metric value whose first update fails (a full disk under the metrics directory, say)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def inc(self, amount: float) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            raise OSError(28, "No space left on device")
+
+
+def test_a_failed_update_is_logged_and_neither_the_others_nor_the_timer_stop(caplog):
+    _, counter, _ = fresh_metrics()
+    failing = FailsOnce()
+    tally = Tally(max_seconds=0.2)
+    with caplog.at_level(logging.ERROR):
+        tally.add((type("Broken", (), {"_value": failing})(), counter.labels("a")))
+        deadline = time.monotonic() + 5
+        while counter.labels("a")._value.get() == 0:
+            assert time.monotonic() < deadline, "the other update was not applied"
+            time.sleep(0.01)
+        tally.add((counter.labels("a"),))  # the timer goes on: a later update is applied too
+        while counter.labels("a")._value.get() < 2:
+            assert time.monotonic() < deadline, "the timer stopped after a failed update"
+            time.sleep(0.01)
+    assert failing.calls == 1 and "metric update" in caplog.text
+
+
+MULTIPROCESS = """
+import os, sys
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
+from service import metrics
+direct = Histogram("direct", "d", buckets=metrics.SIZE_BUCKETS)
+deferred = Histogram("deferred", "d", buckets=metrics.SIZE_BUCKETS)
+pid = os.fork()
+if pid == 0:  # a worker: its updates go to its own files, applied at exit
+    for amount in (10.0, 64.0, 300.0, 5e6):
+        direct.observe(amount)
+        metrics.TALLY.observe(deferred, amount)
+    sys.exit(0)
+os.waitpid(pid, 0)
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+lines = generate_latest(registry).decode().splitlines()
+print(sorted(line.replace("deferred", "direct") for line in lines if line.startswith("deferred")) ==
+      sorted(line for line in lines if line.startswith("direct")) and len(lines) > 10)
+"""
+
+
+def test_in_multiprocess_mode_a_worker_applies_its_updates_at_exit(tmp_path):
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "METRICS_FLUSH_SECONDS": "60"}
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", MULTIPROCESS], env=env, cwd=root, capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert result.stdout.split()[-1] == "True", result.stdout + result.stderr
