@@ -159,7 +159,8 @@ def model_infer(model: str) -> Response:
     per output or `binary_data_output` for all returns raw bytes. Same limits as v1.
     """
     selected, limits = get_model(model), current_limits()
-    text, binary = parse_header(read_body(request, limits.max_body_bytes), request.headers.get(HEADER_LENGTH))
+    current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again
+    text, binary = parse_header(read_body(current, limits.max_body_bytes), current.headers.get(HEADER_LENGTH))
     check_depth(text, limits)
     answer, chunks = infer(selected, load_json(text), binary, limits)
     header = dumps(answer)
