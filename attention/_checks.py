@@ -47,6 +47,13 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
     return array
 
 
+def in_working_dtype(array: np.ndarray, name: str) -> np.ndarray:
+    """One checked array in its own working dtype: float32 and float64 as they are, others as float64."""
+    if array.dtype == FLOAT64 or array.dtype == FLOAT32:  # the usual case: no helper calls
+        return array
+    return to_working(array, working_dtype(array), name)
+
+
 def to_working(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     """``array`` (checked by :func:`as_real_array`) in the working ``dtype``. Finite values of a wider
     float (float64 weights for a float32 request, a np.longdouble input) that ``dtype`` cannot hold are
@@ -74,22 +81,23 @@ def as_bool_mask(mask, name: str, target: tuple[int, ...]) -> np.ndarray:
     return array
 
 
+def _int_from(value, name: str, minimum: int, expected: str) -> int:
+    """``value`` as a Python int >= ``minimum`` (booleans and fractions refused)."""
+    if type(value) is int and value >= minimum:  # the usual case, without the costlier ABC check below
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise AttentionError(name, f"expected {expected}, got {value!r}")
+    return int(value)
+
+
 def positive_int(value, name: str) -> int:
     """A strictly positive Python int (booleans and fractions refused)."""
-    if type(value) is int and value >= 1:  # the usual case, without the costlier ABC check below
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise AttentionError(name, f"expected a positive integer, got {value!r}")
-    return int(value)
+    return _int_from(value, name, 1, "a positive integer")
 
 
 def seed_int(value, name: str = "seed") -> int:
     """A non-negative integer seed for ``np.random.default_rng``."""
-    if type(value) is int and value >= 0:  # the usual case, as in positive_int
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise AttentionError(name, f"expected a non-negative integer, got {value!r}")
-    return int(value)
+    return _int_from(value, name, 0, "a non-negative integer")
 
 
 def check_shape(array: np.ndarray, name: str, expected: tuple[int, ...], meaning: str) -> None:

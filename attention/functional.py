@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import all_finite, as_bool_mask, as_real_array, to_working, working_dtype
+from ._checks import all_finite, as_bool_mask, as_real_array, in_working_dtype, to_working, working_dtype
 from .errors import AttentionError
 
 # Bytes in one score tile. Small enough to stay in cache between the score matmul, the softmax
@@ -58,7 +58,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         raise AttentionError("x", "expected an array with at least one axis, got a scalar")
     if not (x < np.inf).all():                          # NaN or +inf (one pass)
         raise AttentionError("x", "values must not be NaN or +infinity (-infinity means 'masked')")
-    x = to_working(x, working_dtype(x), "x")
+    x = in_working_dtype(x, "x")
     if x.size == 0:
         return x.copy()
     peak = np.max(x, axis=axis, keepdims=True)

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import (
-    FLOAT32,
     FLOAT64,
     as_bool_mask,
     as_real_array,
     check_shape,
+    in_working_dtype,
     positive_int,
     seed_int,
     to_working,
-    working_dtype,
 )
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
@@ -72,9 +71,7 @@ def _input(X, name: str, d_model: int) -> np.ndarray:
     x = as_real_array(X, name, 2)
     if x.shape[-1] != d_model:
         raise AttentionError(name, f"expected shape (..., n, d_model={d_model}), got {x.shape}")
-    if x.dtype == FLOAT64 or x.dtype == FLOAT32:  # the usual case: already a working dtype
-        return x
-    return to_working(x, working_dtype(x), name)
+    return in_working_dtype(x, name)
 
 
 class CastCache(dict):
@@ -256,17 +253,18 @@ class MultiHeadAttention:
         """
         x = _input(X, "X", self.d_model)
         lead, n = x.shape[:-2], x.shape[-2]
-        if mask is not None:
-            mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
+        mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
         items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
         weights = np.empty((len(items) * self.n_heads, n, n), x.dtype) if return_weights else None  # (B*h, n, n)
+        step = _items_per_chunk(3 * items[0].nbytes)
         with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
-            if 3 * items.nbytes <= CHUNK_BYTES:                     # one chunk: computed whole
-                mask = None if mask is None else _items_of(mask, lead, slice(0, len(items)))
-                concatenated = self._heads(items, mask, causal, weights)  # (B, n, h*d_k)
+            if step >= len(items):                                  # one chunk: computed whole
+                concatenated = self._heads(items, _items_of(mask, lead, slice(0, len(items))), causal,
+                                           weights)                 # (B, n, h*d_k)
             else:
                 concatenated = np.empty_like(items)
-                for chunk in _chunks(len(items), 3 * items.nbytes // len(items)):
+                for start in range(0, len(items), step):
+                    chunk = slice(start, min(start + step, len(items)))
                     heads = slice(chunk.start * self.n_heads, chunk.stop * self.n_heads)
                     self._heads(items[chunk], _items_of(mask, lead, chunk), causal,
                                 None if weights is None else weights[heads], out=concatenated[chunk])
@@ -286,10 +284,9 @@ class MultiHeadAttention:
 CHUNK_BYTES = 4 << 20  # Q, K and V of this many bytes at a time (at least one batch item)
 
 
-def _chunks(items: int, item_bytes: int) -> list[slice]:
-    """Slices of whole batch items, about CHUNK_BYTES of Q, K, V each: one slice for small inputs."""
-    step = max(1, CHUNK_BYTES // max(item_bytes, 1))
-    return [slice(start, min(start + step, items)) for start in range(0, items, step)]
+def _items_per_chunk(item_bytes: int) -> int:
+    """Whole batch items per chunk: about CHUNK_BYTES of Q, K, V, and at least one item."""
+    return max(1, CHUNK_BYTES // max(item_bytes, 1))
 
 
 def _items_of(mask, lead: tuple[int, ...], items: slice):
