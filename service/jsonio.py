@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 import orjson
-from flask import Request, current_app, request
+from flask import Request
 from flask.json.provider import JSONProvider
 from marshmallow import EXCLUDE, Schema, ValidationError
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.wsgi import get_content_length
 
 from service.errors import MalformedJSON, ValidationProblem, invalid
+from service.limits import current_limits
 
 JSON = "application/json"
 OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -137,7 +138,7 @@ def load_json_body(request: Request) -> Any:
     """
     if request.environ.get("CONTENT_TYPE") != JSON and not is_json(request.mimetype):  # parse it only if need be
         raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
-    limits = current_app.extensions["limits"]
+    limits = current_limits()
     body = read_body(request, limits.max_body_bytes)
     check_depth(body, limits)
     try:
@@ -156,18 +157,20 @@ def query_args(request: Request) -> dict[str, str]:
     return request.args.to_dict()
 
 
-def parse_request(schema: Schema, location: str, precheck: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def parse_request(request: Request, schema: Schema, location: str,
+                  precheck: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """``schema.load`` of the JSON body (``location="json"``) or of the query string (``"query"``).
 
+    ``request``: the Request itself, not the ``flask.request`` proxy: each attribute read through the proxy
+    costs ~9k instructions, resolving it once ~2k.
     ``precheck`` sees the parsed JSON before the schema does (e.g. to refuse too many items with 413
     before validating any). Invalid data: 422 with one pointer (body) or parameter (query) per message.
     Unknown query parameters are ignored; unknown body members are refused (the schema's default).
     """
-    current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again
     if location == "json":
-        data, unknown = load_json_body(current), None
+        data, unknown = load_json_body(request), None
     else:
-        data, unknown = query_args(current), EXCLUDE
+        data, unknown = query_args(request), EXCLUDE
     if precheck is not None:
         precheck(data)
     try:

@@ -126,10 +126,11 @@ class Blueprint(flask_smorest.Blueprint):
         def wrap(func: Callable) -> Callable:
             @wraps(func)
             def view(*args: Any, **view_kwargs: Any) -> Any:
-                if no_query is not None and not request.query_string:
+                current = request._get_current_object()  # the Request itself: see parse_request
+                if no_query is not None and not current.query_string:
                     params = dict(no_query)  # a copy: views may add to their params
                 else:
-                    params = parse_request(schema, location, precheck)
+                    params = parse_request(current, schema, location, precheck)
                 return func(*args, **view_kwargs, **params) if as_kwargs else func(*args, params, **view_kwargs)
 
             view._apidoc = documenting(func)._apidoc
@@ -155,7 +156,8 @@ class Blueprint(flask_smorest.Blueprint):
                     set_status_and_headers_in_response(result, status, headers)
                     return result
                 body = dumps(dumper.dump(result) if dumper is not None else result)
-                return current_app.response_class(body, status or status_code, headers, content_type=JSON)
+                response_class = current_app._get_current_object().response_class  # not a read through the proxy
+                return response_class(body, status or status_code, headers, content_type=JSON)
 
             view._apidoc = documenting(func)._apidoc
             return view

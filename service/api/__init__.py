@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, current_app
+from flask import Response
 from marshmallow import Schema
 
 from schemas.heatmap import FormatQuery
 from service import compute, pictures
 from service.api import examples
 from service.jsonio import round_arrays
+from service.limits import current_limits
 from service.smorest import BODY_ERRORS, Blueprint
 
 SVG = "image/svg+xml"
-
-
-def current_limits() -> compute.Limits:
-    """The limits of the running app (see service.limits)."""
-    return current_app.extensions["limits"]
 
 
 def svg_response(svg: str) -> Response:
@@ -43,11 +39,12 @@ def compute_route(blp: Blueprint, path: str, name: str, response: type[Schema], 
     endpoint = compute.ENDPOINTS[name]
 
     def view(params: dict[str, Any], format: str = "json") -> Any:
+        limits = current_limits()
         if format == "svg":  # the picture needs the weights, and nothing else; its size is checked first
             params = {**params, "return_weights": True, "trace": False, "format": "svg"}
-            result = endpoint.compute(params, current_limits())
-            return svg_response(pictures.compute_heatmap(name, params, result, current_limits()))
-        return round_arrays(endpoint.compute(params, current_limits()), params.get("decimals"))
+            result = endpoint.compute(params, limits)
+            return svg_response(pictures.compute_heatmap(name, params, result, limits))
+        return round_arrays(endpoint.compute(params, limits), params.get("decimals"))
 
     view.__name__ = name.replace("-", "_")
     view.__doc__ = doc

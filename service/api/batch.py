@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException, InternalServerError
 from attention import AttentionError
 from schemas.batch import OPS, BatchRequest, BatchResponse
 from service import batching, metrics
-from service.api import current_limits, examples
+from service.api import examples
 from service.errors import (
     LIMIT_EXCEEDED,
     ProblemError,
@@ -29,7 +29,7 @@ from service.errors import (
     problem_body,
 )
 from service.jsonio import round_arrays
-from service.limits import Limits
+from service.limits import Limits, current_limits
 from service.smorest import BODY_ERRORS, Blueprint
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from werkzeug.exceptions import NotFound
 import attention as engine
 from schemas.heatmap import HeatmapRequest
 from service import pictures
-from service.api import current_limits, svg_doc, svg_response
-from service.limits import Limits
+from service.api import svg_doc, svg_response
+from service.limits import Limits, current_limits
 from service.smorest import BODY_ERRORS, Blueprint
 
 blp = Blueprint("heatmap", __name__, url_prefix="/v1",

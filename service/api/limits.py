@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from service.api import current_limits
-from service.limits import Limits, LimitsSchema
+from service.limits import Limits, LimitsSchema, current_limits
 from service.smorest import Blueprint
 
 blp = Blueprint("limits", __name__, url_prefix="/v1", description="Service limits.")

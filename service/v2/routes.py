@@ -22,10 +22,9 @@ from schemas.v2 import (
     ServerReady,
 )
 from service import metrics
-from service.api import current_limits
 from service.health import engine_ready
 from service.jsonio import check_depth, dumps, read_body
-from service.limits import Limits
+from service.limits import Limits, current_limits
 from service.smorest import Blueprint
 from service.v2 import errors
 from service.v2.infer import infer
