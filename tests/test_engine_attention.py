@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import attention
-from attention import functional
+from attention import _checks, functional
+from attention._checks import SMALL_CHECK
 
 
 def reference(q, k, v, mask=None):
@@ -292,3 +293,17 @@ def test_a_long_double_beyond_float64_is_refused_by_name_without_a_warning(call)
     (numpy warnings are errors in this module: the cast must not warn either)."""
     with pytest.raises(attention.AttentionError, match="beyond the range of float64"):
         call(np.full((3, 8), np.longdouble("1e400")))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1, SMALL_CHECK // 8, SMALL_CHECK // 8 + 1])  # rows of 8: both sides of the switch
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_one_non_finite_value_is_found_wherever_it_is_small_or_large_inputs(dtype, size, bad):
+    """Small arrays are checked by a byte search, large ones by a reduction: both see the last value."""
+    for where in (0, size - 1):
+        x = np.ones((size, 8), dtype)
+        x[where, -1] = bad
+        with pytest.raises(attention.AttentionError, match="finite") as raised:
+            attention.scaled_dot_product_attention(x, x[:2], x[:2])
+        assert raised.value.argument == "query"
+    assert _checks.all_finite(np.ones((size, 8), dtype))
