@@ -256,20 +256,27 @@ class MultiHeadAttention:
         mask = _layer_mask(mask, lead, n, per_head=True, n_heads=self.n_heads)
         items = x.reshape(-1, n, self.d_model)                                      # (B, n, d_model)
         weights = np.empty((len(items) * self.n_heads, n, n), x.dtype) if return_weights else None  # (B*h, n, n)
-        step = _items_per_chunk(3 * items[0].nbytes)
-        with np.errstate(over="ignore", invalid="ignore"):          # overflow is detected and reported after W_o
-            if step >= len(items):                                  # one chunk: computed whole
-                concatenated = self._heads(items, _items_of(mask, lead, slice(0, len(items))), causal,
-                                           weights)                 # (B, n, h*d_k)
-            else:
-                concatenated = np.empty_like(items)
-                for start in range(0, len(items), step):
-                    chunk = slice(start, min(start + step, len(items)))
-                    heads = slice(chunk.start * self.n_heads, chunk.stop * self.n_heads)
-                    self._heads(items[chunk], _items_of(mask, lead, chunk), causal,
-                                None if weights is None else weights[heads], out=concatenated[chunk])
-            output = self._mix(concatenated).reshape(*lead, n, self.d_model)
+        output = self._forward(items, mask, lead, causal, weights).reshape(*lead, n, self.d_model)
         return output, None if weights is None else weights.reshape(*lead, self.n_heads, n, n)
+
+    # Overflow is detected and reported after W_o. (As a decorator, np.errstate costs half what a `with` does.)
+    @np.errstate(over="ignore", invalid="ignore")
+    def _forward(self, items: np.ndarray, mask, lead: tuple[int, ...], causal: bool,
+                 weights: np.ndarray | None) -> np.ndarray:
+        """Checked items (B, n, d_model) -> the output (B, n, d_model), chunk by chunk; ``mask`` from
+        :func:`_layer_mask` (batch axes ``lead``), ``weights`` None or the (B*h, n, n) array to fill."""
+        step = _items_per_chunk(3 * items.nbytes // len(items))  # Q, K and V of one item
+        if step >= len(items):                                      # one chunk: computed whole
+            concatenated = self._heads(items, _items_of(mask, lead, slice(0, len(items))), causal,
+                                       weights)                     # (B, n, h*d_k)
+        else:
+            concatenated = np.empty_like(items)
+            for start in range(0, len(items), step):
+                chunk = slice(start, min(start + step, len(items)))
+                heads = slice(chunk.start * self.n_heads, chunk.stop * self.n_heads)
+                self._heads(items[chunk], _items_of(mask, lead, chunk), causal,
+                            None if weights is None else weights[heads], out=concatenated[chunk])
+        return self._mix(concatenated)
 
     def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
         """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""
