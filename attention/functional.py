@@ -52,7 +52,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     position masked) has no probability mass to share: it comes back all zeros, not NaN.
     """
     x = np.asarray(x)
-    if x.dtype.kind not in "fiu" or x.dtype == bool:
+    if x.dtype.kind not in "fiu":  # not bool (kind b), complex, strings...
         raise AttentionError("x", f"expected a real numeric array, got dtype {x.dtype}")
     if x.ndim == 0:
         raise AttentionError("x", "expected an array with at least one axis, got a scalar")
