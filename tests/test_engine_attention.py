@@ -307,3 +307,11 @@ def test_one_non_finite_value_is_found_wherever_it_is_small_or_large_inputs(dtyp
             attention.scaled_dot_product_attention(x, x[:2], x[:2])
         assert raised.value.argument == "query"
     assert _checks.all_finite(np.ones((size, 8), dtype))
+
+
+@pytest.mark.parametrize("size", [3, SMALL_CHECK + 1])
+def test_all_finite_sees_the_values_a_masked_array_hides_whatever_its_size(size):
+    """The byte search and the reduction agree: the data is checked, not what the mask shows."""
+    values = np.ones(size)
+    values[1] = np.nan
+    assert not _checks.all_finite(np.ma.masked_array(values, mask=np.arange(size) == 1))
