@@ -114,3 +114,43 @@ def test_request_schemas_take_the_lean_loop_on_valid_and_invalid_bodies(cls: typ
     assert issubclass(cls, Schema)
     kinds = {outcome(cls(), data, None)[0] for data in variants(cls())}
     assert kinds == {"loaded", "invalid"}
+
+
+class _NoNulls(marshmallow.fields.String):
+    def _validate_missing(self, value: Any) -> None:
+        if value == "":
+            raise self.make_error("null")
+        super()._validate_missing(value)
+
+
+class _Shouting(marshmallow.fields.String):
+    def _validate(self, value: Any) -> None:
+        if value.isupper():
+            raise marshmallow.ValidationError("No shouting.")
+        super()._validate(value)
+
+
+def test_fields_whose_deserialize_does_more_still_go_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lean loop calls _deserialize and the validators itself only for fields with no load hooks and
+    no override of the steps it skips; the others load exactly as through marshmallow's loop."""
+
+    class Hooked(Schema):
+        stripped = marshmallow.fields.String(pre_load=[str.strip], post_load=[str.title])
+        no_empty = _NoNulls()
+        quiet = _Shouting()
+        ranged = marshmallow.fields.Integer(validate=[marshmallow.validate.Range(0, 9),
+                                                      marshmallow.validate.OneOf([1, 2, 11])])
+        plain = marshmallow.fields.Integer()
+
+    plans = {entry[1]: entry[4] for entry in Hooked()._plan}
+    assert plans == {"stripped": False, "no_empty": False, "quiet": False, "ranged": True, "plain": True}
+    cases = [{"stripped": "  a b  ", "no_empty": "x", "quiet": "calm", "ranged": 2, "plain": 3},
+             {"no_empty": "", "quiet": "LOUD", "ranged": 11, "plain": None},
+             {"ranged": 5, "stripped": None, "plain": "7"}, {"ranged": -1, "quiet": 3}]
+    lean = [outcome(Hooked(), data, None) for data in cases]
+    monkeypatch.setattr(Schema, "_deserialize", marshmallow.Schema._deserialize)
+    reference = [outcome(Hooked(), data, None) for data in cases]
+    assert [kind for kind, _ in lean] == ["loaded", "invalid", "invalid", "invalid"]
+    assert lean[0][1]["stripped"] == "A B"
+    for got, expected in zip(lean, reference, strict=True):
+        assert same(got, expected), f"lean {got!r} != marshmallow {expected!r}"
