@@ -61,6 +61,10 @@ RESPONSE_SIZE = Histogram("http_response_size_bytes", "Response body size, by ro
                           buckets=SIZE_BUCKETS)
 IN_FLIGHT = Gauge("http_requests_in_flight", "Requests being answered now (summed over live workers).",
                   multiprocess_mode="livesum")
+# What the middleware moves by +1/-1 on every request: the gauge's value object itself, as the Tally below
+# uses its metrics' (Gauge.inc/dec add two Python calls each in front of the value's locked write; a fork
+# resets the value in place, so the reference stays good).
+IN_FLIGHT_VALUE = IN_FLIGHT._value
 # Its _sum is the attention weights computed in all (a separate counter of them was one more write per request).
 ELEMENTS = Histogram("attention_weight_elements_per_request", "Attention weights per engine call (B*h*n_q*n_k, "
                      "summed over layers) of requests that passed every limit.", buckets=ELEMENT_BUCKETS)

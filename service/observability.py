@@ -85,11 +85,11 @@ class RequestObserver:
             answer[:] = (status, headers, environ.get("werkzeug.request"))
             return start_response(status, headers, exc_info)
 
-        metrics.IN_FLIGHT.inc()
+        metrics.IN_FLIGHT_VALUE.inc(1)
         try:
             body = self.app(environ, start)
         finally:
-            metrics.IN_FLIGHT.dec()
+            metrics.IN_FLIGHT_VALUE.inc(-1)
         if answer:  # Flask starts the response before it returns (WSGI would allow later: then unrecorded)
             status, headers, req = answer
             self._record(environ, req, rid, int(status[:3]), headers, time.perf_counter() - started)
@@ -110,7 +110,11 @@ class RequestObserver:
         method = environ.get("REQUEST_METHOD", "GET").upper()  # as werkzeug's request.method
         method = method if method in METHODS else "other"
         sent = get_content_length(environ) or 0
-        size = next((int(value) for name, value in headers if name == "Content-Length"), 0)
+        size = 0
+        for name, value in headers:  # a loop, not next(<generator>): on every request
+            if name == "Content-Length":
+                size = int(value)
+                break
         count, latency, request_size, response_size = self._metrics(route, method, status)
         metrics.TALLY.add((count,), ((latency, seconds), (request_size, sent), (response_size, size)))
         if self.lines is not None:
