@@ -24,11 +24,11 @@ ASK = object()  # in a plan: an absent field's value needs the field (required, 
 
 
 def _deserializes_plainly(field: Field) -> bool:
-    """Whether ``field.deserialize`` of a present, non-null value is just ``_deserialize`` then ``_validate``
-    (no load hooks, none of the three methods overridden)."""
+    """Whether ``field.deserialize`` of a present, non-null value is just its load hooks, ``_deserialize`` and
+    ``_validate``: none of the methods it goes through is overridden. (The hooks are asked at each load.)"""
     kind = type(field)
     return (kind.deserialize is Field.deserialize and kind._validate_missing is Field._validate_missing
-            and kind._validate is Field._validate and not field.pre_load and not field.post_load)
+            and kind._validate is Field._validate and kind._validate_all is Field._validate_all)
 
 
 class Schema(marshmallow.Schema):
@@ -65,7 +65,7 @@ class Schema(marshmallow.Schema):
                 value = field.load_default()
             else:
                 try:
-                    if direct and raw is not missing and raw is not None:
+                    if direct and raw is not missing and raw is not None and not (field.pre_load or field.post_load):
                         value = field._deserialize(raw, key, data)
                         if field.validators:
                             field._validate(value)

@@ -130,6 +130,15 @@ class _Shouting(marshmallow.fields.String):
         super()._validate(value)
 
 
+class _Small(marshmallow.fields.Integer):
+    @property
+    def _validate_all(self) -> Any:
+        def below_six(value: int) -> None:
+            if value > 5:
+                raise marshmallow.ValidationError("Too big.")
+        return below_six
+
+
 def test_fields_whose_deserialize_does_more_still_go_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lean loop calls _deserialize and the validators itself only for fields with no load hooks and
     no override of the steps it skips; the others load exactly as through marshmallow's loop."""
@@ -140,17 +149,22 @@ def test_fields_whose_deserialize_does_more_still_go_through_it(monkeypatch: pyt
         quiet = _Shouting()
         ranged = marshmallow.fields.Integer(validate=[marshmallow.validate.Range(0, 9),
                                                       marshmallow.validate.OneOf([1, 2, 11])])
+        small = _Small()
         plain = marshmallow.fields.Integer()
 
     plans = {entry[1]: entry[4] for entry in Hooked()._plan}
-    assert plans == {"stripped": False, "no_empty": False, "quiet": False, "ranged": True, "plain": True}
-    cases = [{"stripped": "  a b  ", "no_empty": "x", "quiet": "calm", "ranged": 2, "plain": 3},
+    assert plans == {"stripped": True, "no_empty": False, "quiet": False, "ranged": True, "small": False,
+                     "plain": True}  # hooks are asked at each load: see the hook added below
+    cases = [{"stripped": "  a b  ", "no_empty": "x", "quiet": "calm", "ranged": 2, "small": 1, "plain": 3},
              {"no_empty": "", "quiet": "LOUD", "ranged": 11, "plain": None},
-             {"ranged": 5, "stripped": None, "plain": "7"}, {"ranged": -1, "quiet": 3}]
-    lean = [outcome(Hooked(), data, None) for data in cases]
+             {"ranged": 5, "stripped": None, "plain": "7"}, {"ranged": -1, "quiet": 3}, {"small": 9}]
+
+    schema = Hooked()
+    schema.fields["plain"].pre_load.append(lambda value: value * 10)  # a hook added after the schema is built
+    lean = [outcome(schema, data, None) for data in cases]
     monkeypatch.setattr(Schema, "_deserialize", marshmallow.Schema._deserialize)
-    reference = [outcome(Hooked(), data, None) for data in cases]
-    assert [kind for kind, _ in lean] == ["loaded", "invalid", "invalid", "invalid"]
-    assert lean[0][1]["stripped"] == "A B"
+    reference = [outcome(schema, data, None) for data in cases]
+    assert [kind for kind, _ in lean] == ["loaded", "invalid", "invalid", "invalid", "invalid"]
+    assert lean[0][1]["stripped"] == "A B" and lean[0][1]["plain"] == 30
     for got, expected in zip(lean, reference, strict=True):
         assert same(got, expected), f"lean {got!r} != marshmallow {expected!r}"
