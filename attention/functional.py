@@ -79,7 +79,7 @@ def _softmax_rows_inplace(tile: np.ndarray, *, rows_may_be_empty: bool = True) -
     """
     # The reductions as np.maximum/np.add.reduce: tile.max()/tile.sum() add a Python call each (numpy's _methods).
     peak = np.maximum.reduce(tile, axis=-1, keepdims=True)  # (..., t, 1)
-    empty_rows = rows_may_be_empty and not np.isfinite(peak).all()
+    empty_rows = rows_may_be_empty and not all_finite(peak)
     if empty_rows:
         if np.isnan(peak).any() or np.isposinf(peak).any():
             raise AttentionError("query", "the attention scores overflowed: input values are too large")
