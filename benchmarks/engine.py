@@ -11,7 +11,9 @@ For every shape (B, n, d_model, h) and dtype it times, on the same weights and i
   eng     the same with return_weights=False;
   mha     torch.nn.MultiheadAttention(bias=False, batch_first=True).eval() under torch.inference_mode(),
           need_weights=True, average_attn_weights=False (only when torch is importable);
-  sdpa    torch matmuls + torch.nn.functional.scaled_dot_product_attention, output only.
+  sdpa    torch matmuls + torch.nn.functional.scaled_dot_product_attention, output only;
+  floor   at (4,1024,512,8) only: the output-only maths as bare numpy calls (no checks, no Python layers),
+          what any numpy composition costs at least here; printed with the targets (floor_forward).
 Before timing, every method's output (and weights, where it returns them) is checked against the engine's.
 
 It also measures a large np.matmul in the same run for GFLOP/s, the peak extra memory of the engine call
@@ -45,6 +47,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import attention
+from attention.functional import TILE_BYTES
 
 try:
     import torch
@@ -67,6 +70,7 @@ ALL_SHAPES: list[Shape] = [
 QUICK_SHAPES: list[Shape] = ALL_SHAPES[:3]
 TARGET_SHAPE: Shape = (4, 1024, 512, 8)
 NUMPY_METHODS = ("seed", "eng+w", "eng")
+FLOOR_METHOD = "floor"  # timed with the numpy methods, at TARGET_SHAPE only (printed with the targets)
 TORCH_METHODS = ("mha", "sdpa")
 TOLERANCE = {np.float64: 1e-10, np.float32: 1e-5}  # max |diff| / max |reference|
 MATMUL_N = 2048
@@ -297,6 +301,39 @@ def seed_forward(x: np.ndarray, sw: SeedWeights) -> tuple[np.ndarray, np.ndarray
     return np.stack(outs), np.asarray(weights)
 
 
+# ---------------------------------------------------------------------------------------- numpy floor
+def floor_forward(x: np.ndarray, w_qkv: np.ndarray, w_o: np.ndarray, n_heads: int) -> tuple[np.ndarray, None]:
+    """The output-only maths as bare numpy calls and nothing else: no argument, mask or overflow checks,
+    no Python layers, one reused score block of at most the engine's TILE_BYTES, normalised on the
+    (rows, d_k) output rather than the (rows, n) block (one pass fewer than the weights need).
+
+    What any composition of numpy's own calls costs at least, on this machine, for the engine's no-weights
+    call: its time against this one is the engine's own overhead; this one against torch's fused SDPA kernel
+    is what numpy's primitives (each a separate pass over the scores, ufuncs on one core) leave.
+    """
+    b, n, d = x.shape
+    d_k = d // n_heads
+    qkv = (x.reshape(-1, d) @ w_qkv).reshape(b, n, 3, n_heads, d_k)           # (B, n, 3, h, d_k)
+    q, k, v = (np.ascontiguousarray(qkv[:, :, i].transpose(0, 2, 1, 3)).reshape(-1, n, d_k)
+               for i in range(3))                                               # each (B*h, n, d_k)
+    q *= x.dtype.type(1 / math.sqrt(d_k))
+    heads = np.empty_like(q)
+    rows = max(1, min(n, TILE_BYTES // x.itemsize // n))
+    step = max(1, TILE_BYTES // x.itemsize // (rows * n))
+    block = np.empty((min(step, len(q)), rows, n), x.dtype)
+    for g in range(0, len(q), step):                                           # heads of one block
+        for r in range(0, n, rows):                                            # query rows of one block
+            gs, rs = slice(g, g + step), slice(r, r + rows)
+            scores = block[: min(step, len(q) - g), : min(rows, n - r)]        # (g, t, n)
+            np.matmul(q[gs, rs], k[gs].swapaxes(1, 2), out=scores)
+            scores -= np.maximum.reduce(scores, axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            total = np.add.reduce(scores, axis=-1, keepdims=True)              # (g, t, 1)
+            np.matmul(scores, v[gs], out=heads[gs, rs])
+            heads[gs, rs] /= total
+    return heads.reshape(b, n_heads, n, d_k).transpose(0, 2, 1, 3).reshape(b, n, d) @ w_o, None
+
+
 # ---------------------------------------------------------------------------------------------- torch
 def fused_in_proj(mha: Any) -> np.ndarray:
     """(d_model, 3*d_model) matrix [W_q | W_k | W_v] with heads side by side: X @ it = [Q | K | V]."""
@@ -429,6 +466,9 @@ def build_methods(shape: Shape, dtype: type, x: np.ndarray) -> tuple[Any, dict[s
         "eng+w": lambda: mha(x, return_weights=True),
         "eng": lambda: mha(x, return_weights=False),
     }
+    if shape == TARGET_SHAPE:
+        floor_w = [np.ascontiguousarray(w, dtype=dtype) for w in (fused_in_proj(mha), mha.w_o)]
+        methods[FLOOR_METHOD] = lambda: floor_forward(x, *floor_w, h)
     if torch is not None:
         tx = torch.from_numpy(x)
         module = build_torch_mha(mha, dtype)
@@ -463,7 +503,8 @@ def measure_shape(shape: Shape, dtype: type, budget: float, seed_budget: float) 
     if not ok:
         raise SystemExit(f"{shape} {row.dtype}: methods disagree, not timing them.\n{row.check}")
     budgets = {name: seed_budget if name == "seed" else budget for name in methods}
-    groups = [{k: v for k, v in methods.items() if k in lib} for lib in (NUMPY_METHODS, TORCH_METHODS)]
+    libraries = ((*NUMPY_METHODS, FLOOR_METHOD), TORCH_METHODS)
+    groups = [{k: v for k, v in methods.items() if k in lib} for lib in libraries]
     load = OtherLoad()
     row.times = measure_groups([g for g in groups if g], budgets)
     row.others = load.cores()
@@ -552,6 +593,10 @@ def target_lines(r: Row, peak: dict[str, float]) -> list[tuple[str, str, bool | 
         ("eng (no weights) within 1.25x of torch matmul+SDPA", f"{fmt(vs_sdpa, '.2f')}x",
          None if vs_sdpa is None else vs_sdpa <= 1.25),
     ]
+    if r.ms(FLOOR_METHOD) is not None:  # information, not a target: see floor_forward
+        lines.append(("  numpy floor (bare calls, no weights): eng/floor, floor/sdpa",
+                      f"{r.ms(FLOOR_METHOD):.1f} ms: {fmt(ratio(r.ms('eng'), r.ms(FLOOR_METHOD)), '.2f')}x, "
+                      f"{fmt(ratio(r.ms(FLOOR_METHOD), r.ms('sdpa')), '.2f')}x", None))
     note = "" if r.dtype == "float32" else " (float32 target)"
     lines.append((f"eng >= 60% of same-run matmul GFLOP/s{note}",
                   f"{100 * frac:.0f}% ({r.gflops('eng'):.1f} of {peak[r.dtype]:.1f})",
