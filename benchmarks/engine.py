@@ -13,7 +13,7 @@ For every shape (B, n, d_model, h) and dtype it times, on the same weights and i
           need_weights=True, average_attn_weights=False (only when torch is importable);
   sdpa    torch matmuls + torch.nn.functional.scaled_dot_product_attention, output only;
   floor   at (4,1024,512,8) only: the output-only maths as bare numpy calls (no checks, no Python layers),
-          what any numpy composition costs at least here; printed with the targets (floor_forward).
+          what numpy's calls in sequence cost at least here; printed with the targets (floor_forward).
 Before timing, every method's output (and weights, where it returns them) is checked against the engine's.
 
 It also measures a large np.matmul in the same run for GFLOP/s, the peak extra memory of the engine call
@@ -307,9 +307,10 @@ def floor_forward(x: np.ndarray, w_qkv: np.ndarray, w_o: np.ndarray, n_heads: in
     no Python layers, one reused score block of at most the engine's TILE_BYTES, normalised on the
     (rows, d_k) output rather than the (rows, n) block (one pass fewer than the weights need).
 
-    What any composition of numpy's own calls costs at least, on this machine, for the engine's no-weights
+    What numpy's calls made one after another cost at least, on this machine, for the engine's no-weights
     call: its time against this one is the engine's own overhead; this one against torch's fused SDPA kernel
-    is what numpy's primitives (each a separate pass over the scores, ufuncs on one core) leave.
+    is what numpy's primitives leave (each a separate pass over the scores; ufuncs on one core while BLAS
+    uses all: only Python threads over score blocks, with BLAS on one thread, would use the idle core).
     """
     b, n, d = x.shape
     d_k = d // n_heads

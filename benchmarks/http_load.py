@@ -10,7 +10,7 @@ script benchmarks/http_body.lua) sends demo-5 sized multi-head attention with fr
 in every request (5x8, 4 heads, causal) at each number of concurrent clients, after a short warm-up:
 ``--rounds`` runs of ``--seconds`` per server, alternating bare and real (who goes first swaps each
 round). Printed per level: medians of requests/s and p50/p99 latency, errors for both, and the median
-of the paired ratios (each round's).
+of the paired ratios (each round's) with a 95% interval for it (more rounds, narrower interval).
 The load generator's own CPU use is printed too, to show it is not the bottleneck. Targets (issue 7):
 real >= 65% of the bare throughput, 0 errors, p99 < 20 ms at 8 clients. A benchmark: nothing asserts.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import resource
 import shutil
 import statistics
@@ -73,6 +74,21 @@ def median_of(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of ``values`` (the sign test's): the order statistics
+    r and n+1-r, r the largest with P(Binomial(n, 1/2) <= r-1) <= (1-level)/2. None below 6 values.
+
+    At 1 client one round's ratio can land anywhere in 50-85% on this shared machine, so one run's median
+    moves by a few points; the interval says by how much, and whether a target is met beyond that.
+    """
+    xs, n = sorted(values), len(values)
+    below, r = 0.0, 0                       # below = P(B <= r - 1)
+    while below + math.comb(n, r) / 2**n <= (1 - level) / 2:
+        below += math.comb(n, r) / 2**n
+        r += 1
+    return (xs[r - 1], xs[n - r]) if r >= 1 else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=2, help="per run (default 2)")
@@ -97,8 +113,10 @@ def main() -> None:
         paired = [r["rps"] / b["rps"] for b, r in zip(bare, real, strict=True)]
         ratios = ", ".join(f"{ratio:.0%}" for ratio in paired)
         p99 = median_of(real, "p99_us") / median_of(bare, "p99_us")
-        print(f"{clients:>7} | ratio real/bare: throughput {statistics.median(paired):.0%} (target >= 65%; "
-              f"per round {ratios}), p99 x{p99:.2f}")
+        interval = median_interval(paired)
+        spread = f"95% interval {interval[0]:.0%}-{interval[1]:.0%}" if interval else "too few rounds for an interval"
+        print(f"{clients:>7} | ratio real/bare: throughput {statistics.median(paired):.0%} ({spread} of the median; "
+              f"target >= 65%; per round {ratios}), p99 x{p99:.2f}")
 
 
 if __name__ == "__main__":
