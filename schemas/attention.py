@@ -31,7 +31,8 @@ class TraceSchema(Schema):
     scaled_scores = Tensor(ranks=(2, 3, 4), metadata={"description": "Scores times the scale."})
     masked_scores = Tensor(ranks=(2, 3, 4), null_leaves=True, metadata={
         "description": "Scaled scores with masked cells null (they become -inf before the softmax)."})
-    weights = Tensor(ranks=(2, 3, 4), metadata={"description": "softmax(masked_scores), rows sum to 1."})
+    weights = Tensor(ranks=(2, 3, 4), metadata={
+        "description": "softmax(masked_scores): each row sums to 1, or is all 0 when its every key is masked."})
 
 
 class ProjectedTraceSchema(TraceSchema):
@@ -47,5 +48,6 @@ class AttentionResponse(Schema):
 
     output = Tensor(required=True, ranks=BATCHABLE, metadata={"description": "weights @ V."})
     weights = Tensor(required=True, allow_none=True, ranks=BATCHABLE, metadata={
-        "description": "Attention weights, each row sums to 1; null with return_weights=false."})
+        "description": "Attention weights: each row sums to 1, or is all 0 when its every key is masked; null with "
+                       "return_weights=false."})
     trace = fields.Nested(TraceSchema, metadata={"description": "Only with trace=true."})

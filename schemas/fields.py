@@ -6,7 +6,10 @@ from typing import Any
 
 from marshmallow import ValidationError, fields, validate
 
-MAX_SEED = 2**63 - 1 - 1000  # room for the per-head seeds s..s+h-1 and s+99
+# Seeds fit a signed 64-bit integer, as clients and the v2 protocol's INT64 parameters hold them, with room for
+# multi-head's s..s+h-1 and s+99. An encoder's layers go further (s + 1000 i, + 200): numpy's SeedSequence
+# takes any non-negative integer, so nothing breaks past 2**63.
+MAX_SEED = 2**63 - 1 - 1000
 
 
 class StrictFloat(fields.Float):

@@ -88,7 +88,7 @@ class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
     return_weights = strict_bool(load_default=True)
     trace = strict_bool(load_default=False, metadata={
         "description": "Add every layer's intermediates (`layers[i].trace`)."})
-    mask = BoolTensor(load_default=None, ranks=(1, 2, 3), shape="broadcastable to (B, n, n)")
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), shape="broadcastable to (B, h, n, n)")  # per head, as MHA
 
 
 class ModelResponse(Schema):

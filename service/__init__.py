@@ -1,6 +1,7 @@
 """The HTTP service: a Flask app factory serving the attention engine.
 
-Adding an area (e.g. /v1/batch, /v2, /metrics) is one line in ``BLUEPRINTS``.
+Adding an area (e.g. /v1/batch, /v2) is one line in ``BLUEPRINTS``; /metrics, request ids and the log line
+are the observability middleware's (service/observability.py).
 """
 
 from __future__ import annotations

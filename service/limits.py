@@ -84,7 +84,8 @@ DESCRIPTIONS = {
                            "with trace, which returns four n * n stages).",
     "max_output_elements": "Numbers in the output of scaled dot-product attention, B * n_q * d_v: a batch of "
                            "queries over one shared key and value asks for far more than its body holds. (The "
-                           "other endpoints' outputs are no larger than their input.)",
+                           "other endpoints' outputs are bounded by the other limits: sequence length, d_model, "
+                           "heads, layers.)",
     "max_json_depth": "Nesting depth of the JSON body.",
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",

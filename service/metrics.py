@@ -4,7 +4,7 @@ Under gunicorn the metrics are in prometheus-client's multiprocess mode: gunicor
 PROMETHEUS_MULTIPROC_DIR (and empties it) before any worker imports prometheus_client, and marks
 dead workers; :func:`exposition` then sums every worker's files, so a scrape that lands on any
 worker sees the whole instance. Without that variable (tests, ``flask run``) the process's own
-registry is served. Labels are bounded: ``route`` is the URL rule (``/v1/demos/<name>``), never
+registry is served. Labels are bounded: ``route`` is the URL rule (``/v1/demos/<string:name>``), never
 the raw path; unmatched paths share one label. Counter and histogram updates go through
 :data:`TALLY` (added up, applied within METRICS_FLUSH_SECONDS [1]); the in-flight gauge is written at once.
 """

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import assert_problem
 
+import attention as engine
 from schemas.batch import OPS
 from schemas.reference import CausalMaskResponse
 from service import compute
@@ -133,6 +134,24 @@ def test_encoder_layers_and_shapes(client):
                                              "causal": True, "return_weights": False}).get_json()
     assert quiet["layers"] == [{"weights": None}] * 3
     assert quiet["output"] == body["output"]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_encoder_takes_a_mask_per_head_as_multi_head_attention_does(client, batched):
+    """(h, n, n), or (B, h, n, n) with a batch: head i of every layer attends through mask i."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 4) if batched else (3, 4))
+    per_head = np.ones((*x.shape[:-2], 2, 3, 3), dtype=bool)
+    per_head[..., 0, :, 1:] = False                                  # head 0: every query sees key 0 only
+    body = client.post("/v1/encoder", json={"embeddings": x.tolist(), "n_heads": 2, "n_layers": 2,
+                                            "mask": per_head.tolist()})
+    assert body.status_code == 200, body.get_json()
+    expected, weights = engine.Encoder(4, 2, 2)(x, mask=per_head)
+    np.testing.assert_allclose(body.get_json()["output"], expected, rtol=1e-12, atol=1e-15)
+    for layer, w in zip(body.get_json()["layers"], weights, strict=True):
+        got = np.asarray(layer["weights"])                           # (B?, h, n, n)
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-15)
+        assert (got[..., 0, :, 0] == 1.0).all() and (got[..., 0, :, 1:] == 0.0).all()
+        assert (got[..., 1, :, :] > 0).all()                         # head 1: nothing masked
 
 
 def test_encoder_trace_shows_every_layer_stage(client):

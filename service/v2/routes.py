@@ -105,8 +105,9 @@ def server_ready() -> tuple[dict[str, bool], int]:
 def model_metadata(model: str) -> dict[str, Any]:
     """Model metadata.
 
-    Inputs and outputs, each with one datatype and shape (-1: variable). FP32 is accepted wherever
-    FP64 is shown, rank 2 (no batch dim) wherever rank 3 is; see the infer operation.
+    Inputs and outputs, each with one datatype and its largest shape (-1: variable). FP32 is accepted
+    wherever FP64 is shown, and every tensor may also come one rank lower, without its batch dim (a mask
+    down to rank 1, broadcast); the model's description and the infer operation give each form.
     """
     return get_model(model).metadata()
 
