@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 from flask import Request
 from flask.json.provider import JSONProvider
+from gunicorn.http.errors import ParseException
 from marshmallow import EXCLUDE, Schema, ValidationError
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.wsgi import get_content_length
@@ -88,8 +89,17 @@ def check_depth(body: bytes, limits: Any) -> None:
 
 def read_body(request: Request, max_bytes: int) -> bytes:
     """The request body, refusing with 413 past ``max_bytes``: by Content-Length before reading,
-    and by counting while reading a chunked body (which has no Content-Length); 415 if compressed.
+    and by counting while reading a chunked body (which has no Content-Length); 415 if compressed;
+    400 if it cannot be read (gunicorn meets bad chunk framing only as the app reads, and the
+    connection may break mid-body: neither is the server's fault).
     (Headers are read from the WSGI environ: werkzeug's header properties parse on every access.)"""
+    try:
+        return _read_body(request, max_bytes)
+    except (ParseException, OSError) as exc:  # e.g. InvalidChunkSize, ChunkMissingTerminator, NoMoreData
+        raise BadRequest(f"The body could not be read: {type(exc).__name__} ({str(exc)[:200]}).") from None
+
+
+def _read_body(request: Request, max_bytes: int) -> bytes:
     environ = request.environ
     encoding = environ.get("HTTP_CONTENT_ENCODING")
     if encoding and encoding.lower() != "identity":

@@ -177,20 +177,41 @@ def test_a_slow_client_is_answered_once_its_body_arrives(server):
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
 
 
-@pytest.mark.parametrize("path", ["/v1/attention", "/v2/models/scaled_dot_product_attention/infer"])
-def test_a_body_shorter_than_its_content_length_is_400(server, path):
-    """The client promises 1000 bytes, sends 50 and stops sending: a 400 naming both sizes, not a hang."""
-    body = b'{"query": [[1.0]], "key": [[1.0]], "value": [[2.0]]'
+def raw_exchange(server, request: bytes) -> tuple[bytes, bytes]:
+    """Send ``request`` as it is, stop sending, and read the whole answer: (head, body)."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     "Content-Length: 1000\r\n\r\n".encode() + body)
+        sock.sendall(request)
         sock.shutdown(socket.SHUT_WR)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
     head, _, payload = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400"), answer[:300]
+    return head, payload
+
+
+@pytest.mark.parametrize("path", ["/v1/attention", "/v2/models/scaled_dot_product_attention/infer"])
+def test_a_body_shorter_than_its_content_length_is_400(server, path):
+    """The client promises 1000 bytes, sends 50 and stops sending: a 400 naming both sizes, not a hang."""
+    body = b'{"query": [[1.0]], "key": [[1.0]], "value": [[2.0]]'
+    head, payload = raw_exchange(server, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                         "Content-Length: 1000\r\n\r\n".encode() + body)
+    assert head.startswith(b"HTTP/1.1 400"), head + payload[:300]
     assert f"after {len(body)} of its 1000 bytes".encode() in payload, payload
+
+
+@pytest.mark.parametrize("path", ["/v1/attention", "/v1/batch", "/v2/models/scaled_dot_product_attention/infer"])
+@pytest.mark.parametrize("framing", [
+    b"ZZ\r\n{}\r\n0\r\n\r\n",  # a chunk size that is not hexadecimal
+    b"-1\r\n{}\r\n0\r\n\r\n",  # a negative chunk size
+    b"2\r\n{}XX0\r\n\r\n",  # chunk data without its CRLF
+    b"10\r\n{}",  # a chunk cut off, then the client stops sending
+])
+def test_a_badly_framed_chunked_body_is_400(server, path, framing):
+    """gunicorn finds bad chunk framing only while the app reads the body: a 400 saying so, never a 500."""
+    head, payload = raw_exchange(server, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n".encode() + framing)
+    assert head.startswith(b"HTTP/1.1 400"), head + payload[:300]
+    assert b"The body could not be read" in payload and b"X-Request-Id" in head, payload[:300]
 
 
 @pytest.mark.skipif(not nginx_available(), reason="nginx not installed")
