@@ -8,14 +8,14 @@ import numpy as np
 from marshmallow import ValidationError, fields, validate, validates_schema
 
 from schemas.base import Schema
-from schemas.fields import strict_bool, strict_int
+from schemas.fields import StringList, strict_bool, strict_int
 from schemas.tensor import Tensor, _nest
 
 MAX_LABEL_CHARS = 200
 
 
-def _labels(axis: str) -> fields.List:
-    return fields.List(fields.String(validate=validate.Length(max=MAX_LABEL_CHARS)), metadata={
+def _labels(axis: str) -> StringList:
+    return StringList(max_chars=MAX_LABEL_CHARS, metadata={
         "description": f"One label per {axis} (default: positions 0, 1, ...). Shown shortened past 14 "
                        "characters; the hover title keeps the full text."})
 

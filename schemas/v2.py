@@ -9,8 +9,12 @@ from __future__ import annotations
 from marshmallow import EXCLUDE, fields, validate
 
 from schemas.base import Schema
-from schemas.fields import StrictFloat, seed, strict_bool, strict_int
+from schemas.fields import BoundedList, StrictFloat, seed, strict_bool, strict_int
 
+# Far more tensors per request, and dimensions per tensor, than any model here has (4 inputs, rank 4):
+# a longer list is refused by its length before any item is loaded (see BoundedList).
+MAX_TENSORS = 16
+MAX_RANK = 8
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
 
@@ -83,7 +87,7 @@ class RequestInput(Schema):
     """An input tensor: its full (batched) shape, datatype and data."""
 
     name = fields.String(required=True)
-    shape = fields.List(strict_int(0), required=True)
+    shape = BoundedList(strict_int(0), required=True, validate=validate.Length(max=MAX_RANK))
     datatype = fields.String(required=True, validate=validate.OneOf(DATATYPES))
     parameters = fields.Nested(RequestInputParameters, load_default=dict)
     data = fields.Raw(metadata={
@@ -115,8 +119,8 @@ class InferenceRequest(Schema):
                                                         "path, else 400."})
     parameters = fields.Dict(keys=fields.String(), load_default=dict, metadata={
         "description": "Model parameters, and binary_data_output (bool: every output as raw bytes)."})
-    inputs = fields.List(fields.Nested(RequestInput), required=True, validate=validate.Length(min=1))
-    outputs = fields.List(fields.Nested(RequestOutput), metadata={
+    inputs = BoundedList(fields.Nested(RequestInput), required=True, validate=validate.Length(min=1, max=MAX_TENSORS))
+    outputs = BoundedList(fields.Nested(RequestOutput), validate=validate.Length(max=MAX_TENSORS), metadata={
         "description": "The outputs to compute and return (default: all)."})
 
 

@@ -109,6 +109,26 @@ def test_a_million_finite_numbers_past_the_sequence_limit_is_422(server):
     assert body["limit"]["name"] == "max_sequence_length"
 
 
+V2_INFER = "/v2/models/scaled_dot_product_attention/infer"
+ONE_INPUT = b'{"name": "query", "shape": [1, 1], "datatype": "FP64", "data": [1.0]}'
+
+
+@pytest.mark.parametrize(("path", "body", "status"), [
+    (V2_INFER, b'{"inputs": [{}' + b", {}" * 999_999 + b"]}", 400),  # a million inputs
+    (V2_INFER, b'{"inputs": [' + ONE_INPUT + b'], "outputs": [1' + b", 1" * 999_999 + b"]}", 400),
+    (V2_INFER, b'{"inputs": [{"name": "query", "datatype": "FP64", "shape": [-1' + b", -1" * 999_999 + b"]}]}", 400),
+    ("/v1/heatmap", b'{"weights": [[0.5]], "row_labels": [1' + b", 1" * 3_999_999 + b"]}", 422),
+    ("/v1/heatmap", b'{"weights": [[0.5]], "col_labels": ["' + b'x", "x' * 2_500_000 + b'"]}', 422),
+    ("/v1/attention", b'{"query": [[1.0]], ' + b", ".join(b'"k%d": 0' % i for i in range(1_000_000)) + b"}", 422),
+])
+def test_a_million_items_or_keys_are_refused_fast_with_a_short_answer(server, path, body, status):
+    """A list or an object of a million bad or stray entries: judged by its length, or named up to a few,
+    not one error per entry (this took 4-30 s per few MB, past the worker timeout, with answers of 30-65 MB)."""
+    response = post(server, path, body)
+    assert response.status_code == status, response.text[:300]
+    assert len(response.content) < 8192, len(response.content)
+
+
 @pytest.mark.parametrize(("path", "payload", "limit"), [
     ("/v1/multi-head-attention", {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 10**9}, "max_heads"),
     ("/v1/encoder", {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 2, "n_layers": 10**9}, "max_layers"),

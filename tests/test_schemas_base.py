@@ -7,7 +7,10 @@ once through the lean loop and once through marshmallow's ``Schema._deserialize`
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import inspect
+import weakref
 from typing import Any
 
 import marshmallow
@@ -21,7 +24,7 @@ import schemas.models
 import schemas.options
 import schemas.reference
 import schemas.v2
-from schemas.base import Schema
+from schemas.base import UNKNOWN_NAMED, Schema
 from service.api import examples
 from service.compute import ENDPOINTS
 from service.v2.routes import EXAMPLE_REQUEST
@@ -168,3 +171,39 @@ def test_fields_whose_deserialize_does_more_still_go_through_it(monkeypatch: pyt
     assert lean[0][1]["stripped"] == "A B" and lean[0][1]["plain"] == 30
     for got, expected in zip(lean, reference, strict=True):
         assert same(got, expected), f"lean {got!r} != marshmallow {expected!r}"
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_refused_load_leaves_nothing_behind(lean):
+    """marshmallow raises its error from a frame holding the error and the data: a reference cycle that kept
+    every refused body alive until the cyclic GC ran. Nothing may point at the data once the error is gone."""
+    class Marker:  # something in the body a weak reference can follow
+        pass
+
+    class Body(dict):  # a dict subclass goes to marshmallow's own loop, a dict to the lean one
+        pass
+
+    marker = Marker()
+    body = (dict if lean else Body)(query="not a tensor", stray=marker)
+    held = weakref.ref(marker)
+    gc.disable()
+    try:
+        with contextlib.suppress(marshmallow.ValidationError):
+            schemas.attention.AttentionRequest().load(body)
+        del body, marker
+        assert held() is None
+    finally:
+        gc.enable()
+
+
+def test_unknown_keys_are_named_up_to_a_bound():
+    """A body of many stray keys is refused naming UNKNOWN_NAMED of them (all of them took seconds per MB)."""
+    strays = {f"stray{i}": i for i in range(UNKNOWN_NAMED + 5)}
+    with pytest.raises(marshmallow.ValidationError) as refused:
+        schemas.attention.AttentionRequest().load({"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **strays})
+    assert len(refused.value.messages) == UNKNOWN_NAMED
+    assert set(refused.value.messages) < set(strays)
+    few = {"stray0": 0, "stray1": 1}
+    with pytest.raises(marshmallow.ValidationError) as refused:
+        schemas.attention.AttentionRequest().load({"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **few})
+    assert set(refused.value.messages) == set(few)

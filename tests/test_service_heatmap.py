@@ -52,6 +52,7 @@ def test_heatmap_defaults_to_position_labels(client):
     ({"weights": [[0.5, 0.5]], "row_labels": ["a", "b"]}, "/row_labels"),
     ({"weights": [[0.5, 0.5]], "col_labels": ["a"]}, "/col_labels"),
     ({"weights": [[0.5]], "col_labels": [1]}, "/col_labels/0"),
+    ({"weights": [[0.5, 0.5]], "col_labels": ["a", "x" * 201]}, "/col_labels/1"),
     ({"weights": [[0.5]], "title": "x" * 201}, "/title"),
     ({"weights": [[0.5]], "decimals": 7}, "/decimals"),
     ({"weights": [[0.5]], "annotate": "yes"}, "/annotate"),
@@ -59,6 +60,12 @@ def test_heatmap_defaults_to_position_labels(client):
 ])
 def test_heatmap_refuses_invalid_requests(client, body, pointer):
     assert_problem(client.post("/v1/heatmap", json=body), 422, pointer)
+
+
+def test_heatmap_names_only_the_first_bad_label(client):
+    body = assert_problem(client.post("/v1/heatmap", json={"weights": [[0.5]], "row_labels": ["a", 1, None, 2.5]}),
+                          422, "/row_labels/1")
+    assert [error["pointer"] for error in body["errors"]] == ["/row_labels/1"]
 
 
 def test_heatmap_refuses_bodies_that_are_not_json(client):

@@ -121,6 +121,9 @@ JSON_ERRORS = {
                                "parameter 'num_heads': d_model=8 must be divisible by n_heads=3"),
     "seed negative": (MHA, {"inputs": [tensor("embeddings", np.ones((3, 8)))],
                             "parameters": {"num_heads": 2, "seed": -1}}, "/parameters/seed"),
+    "17 inputs": (SDPA, {"inputs": [{}] * 17}, "/inputs: Length must be between 1 and 16"),
+    "17 outputs": (SDPA, {"inputs": QKV, "outputs": [{}] * 17}, "/outputs: Longer than maximum length 16"),
+    "rank 9": (SDPA, with_input(0, shape=[1] * 9, data=[1.0]), "/inputs/0/shape: Longer than maximum length 8"),
     "embeddings rank 4": (MHA, {"inputs": [tensor("embeddings", np.ones((1, 1, 3, 8)))],
                                 "parameters": {"num_heads": 2}},
                           "input 'embeddings': got shape [1, 1, 3, 8]; expected FP64 or FP32 with shape "
