@@ -209,8 +209,13 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         if op == "embed":
             return (1 + RETURNED_EXTRA) * min(batch * n * d_model, per_item)
         d_out = (compute.width_of_self_attention(params) or d_model) if op == "self-attention" else d_model
-        weights = batch * params.get("n_heads", 1) * n * n * params.get("n_layers", 1)
-        output = min(batch * n * d_out, limits.max_weight_elements * limits.max_d_model)  # of a valid item
+        # Each size as if at its limit when past it; and no more batch items than the weights limit allows.
+        n, d_out = min(n, limits.max_sequence_length), min(d_out, limits.max_d_model)
+        per_sentence = (min(params.get("n_heads", 1), limits.max_heads) * n * n
+                        * min(params.get("n_layers", 1), limits.max_layers))
+        batch = min(batch, max(1, limits.max_weight_elements // per_sentence))
+        weights = batch * per_sentence
+        output = batch * n * d_out
     trace = params.get("trace", False)
     weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
     returned = (weights if trace or params.get("return_weights", True) else 0) + output

@@ -48,9 +48,19 @@ def test_a_failing_group_is_recomputed_one_by_one():
     ("embed", {"tokens": ["cat"] * 3, "d_model": 6}, 4 * 18),
     ("positional-encoding", {"n_positions": 3, "d_model": 4}, 4 * 12),
     ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, 4 * 1024 * 512),  # counted up to its limits
+    ("self-attention", {"tokens": ["cat"] * 2, "d_k": 10**7}, 4 * (2 * 2 + 2 * 512)),   # d_k as max_d_model
+    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 10**7, "n_heads": 2}, 4 * (2 * 4 + 2 * 512)),
+    ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 10**9, "n_layers": 10**9},
+     4 * (16 * 4 * 6 + 2 * 8)),                                                           # max_heads, max_layers
 ])
 def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, body, expected):
     assert batching.cost(*load(op, body), Limits()) == expected
+
+
+def test_cost_counts_no_more_sentences_than_the_weights_limit_allows():
+    """9 sentences of 2 heads * 2 * 2 weights, 64 weights allowed: counted as 8 (the item answers its own 422)."""
+    item = load("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2})
+    assert batching.cost(*item, Limits(max_weight_elements=64)) == 4 * (8 * 2 * 2 * 2 + 8 * 2 * 4)
 
 
 def test_keys_tell_apart_what_compares_equal():

@@ -76,9 +76,11 @@ def test_bad_items_fail_alone_with_the_single_endpoints_problem(client):
         ("multi-head-attention", good),
         ("embed", {"tokens": ["cat"], "surprise": 1}),  # unknown field
         ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "mask": [[True, False]]}),  # engine
+        ("self-attention", {"tokens": ["cat", "ate"], "d_k": 10**7}),  # past max_d_model: counts as at it
+        ("multi-head-attention", {"tokens": ["cat"], "d_model": 10**7, "n_heads": 10**9}),  # past two limits
     ]
     answers = assert_same_as_singles(client, items)
-    assert [a["status"] for a in answers] == [200, 422, 422, 422, 422, 422, 422, 200, 422, 422]
+    assert [a["status"] for a in answers] == [200, 422, 422, 422, 422, 422, 422, 200, 422, 422, 422, 422]
     assert answers[1]["error"]["errors"][0]["pointer"] == "/requests/1/body/query/0/1"
     assert answers[2]["error"]["errors"][0]["pointer"] == "/requests/2/body/tokens/1"
     assert answers[6]["error"]["errors"][0]["pointer"] == "/requests/6/body/n_positions"
