@@ -28,16 +28,55 @@ _BOOLEAN_TEXT = b"truefals,[]"
 def _first_bad_leaf(value: Any, ok: type | tuple[type, ...]) -> tuple[list[int], Any] | None:
     """Index path and value of the first leaf that is not a list and not of type ``ok``.
 
-    Iterative (no recursion), only called after the fast check found a bad leaf.
+    Only called after the fast check found a suspect leaf. Depth first with a stack of iterators (nothing
+    is copied); a list is first judged by the set of its element types (one C pass) and skipped when every
+    one is an exact ``ok`` type, and a row of leaves is searched with C-speed list methods. A stack of
+    (path, item) for every leaf took ~12 s and most of a gigabyte for 8 M numbers ending in a string.
     """
-    stack: list[tuple[list[int], Any]] = [([], value)]
+    exact = {bool} if ok is bool else {int, float}
+
+    def bad(item: Any) -> bool:
+        return isinstance(item, bool) != (ok is bool) or not isinstance(item, ok)
+
+    path: list[int] = []                                 # the indices down to the list stack[-1] walks
+    stack = [enumerate([value])]                         # the value as the only item of a root list
     while stack:
-        path, item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(([*path, i], sub) for i, sub in reversed(list(enumerate(item))))
-        elif isinstance(item, bool) != (ok is bool) or not isinstance(item, ok):
-            return path, item
+        for i, item in stack[-1]:
+            if not isinstance(item, list):
+                if bad(item):
+                    return [*path, i][1:], item
+                continue
+            kinds = set(map(type, item))
+            if kinds <= exact:                           # numbers only (or booleans only): nothing here
+                continue
+            if list not in kinds:                        # a row of leaves holding a suspect one
+                j = _first_bad_in_row(item, exact, bad)
+                if j is not None:
+                    return [*path, i, j][1:], item[j]
+                continue
+            path.append(i)
+            stack.append(enumerate(item))
+            break
+        else:
+            stack.pop()
+            if path:
+                path.pop()
     return None
+
+
+def _first_bad_in_row(row: list, exact: set[type], bad: Any) -> int | None:
+    """Index of the first bad leaf of a row of leaves: C-speed ``index`` over its type flags; a leaf of a
+    subclass of an ``ok`` type (numpy's float64, from Python callers) is looked at, and passed over."""
+    flags = list(map(exact.__contains__, map(type, row)))
+    start = 0
+    while True:
+        try:
+            j = flags.index(False, start)
+        except ValueError:
+            return None
+        if bad(row[j]):
+            return j
+        start = j + 1
 
 
 def _nest(path: list[int], message: str) -> dict | list[str]:

@@ -129,6 +129,16 @@ def test_a_million_items_or_keys_are_refused_fast_with_a_short_answer(server, pa
     assert len(response.content) < 8192, len(response.content)
 
 
+@pytest.mark.parametrize(("leaves", "pointer"), [
+    (b"0," * 8_000_000 + b'"x"', "/query/0/8000000"),  # the bad leaf last: every number is looked at
+    (b"{}," + b"0," * 8_000_000 + b"0", "/query/0/0"),  # first: nothing past it is
+])
+def test_sixteen_megabytes_of_numbers_with_one_bad_leaf_is_named_fast(server, leaves, pointer):
+    request = b'{"key": [[1]], "value": [[1]], "query": [[' + leaves + b"]]}"
+    body = assert_refused(post(server, "/v1/attention", request), 422)
+    assert [error["pointer"] for error in body["errors"]] == [pointer]
+
+
 @pytest.mark.parametrize(("path", "payload", "limit"), [
     ("/v1/multi-head-attention", {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 10**9}, "max_heads"),
     ("/v1/encoder", {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 2, "n_layers": 10**9}, "max_layers"),

@@ -8,6 +8,7 @@ once through the lean loop and once through marshmallow's ``Schema._deserialize`
 from __future__ import annotations
 
 import contextlib
+import enum
 import gc
 import inspect
 import weakref
@@ -23,6 +24,7 @@ import schemas.heatmap
 import schemas.models
 import schemas.options
 import schemas.reference
+import schemas.tensor
 import schemas.v2
 from schemas.base import UNKNOWN_NAMED, Schema
 from service.api import examples
@@ -207,3 +209,19 @@ def test_unknown_keys_are_named_up_to_a_bound():
     with pytest.raises(marshmallow.ValidationError) as refused:
         schemas.attention.AttentionRequest().load({"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **few})
     assert set(refused.value.messages) == set(few)
+
+
+def test_a_tensors_first_bad_leaf_is_named_past_leaves_of_number_subclasses():
+    """Python callers may hand int subclasses (orjson writes them as numbers): fine leaves, passed over."""
+    class Level(enum.IntEnum):
+        LOW = 1
+
+    field = schemas.tensor.Tensor(ranks=(2,))
+    with pytest.raises(marshmallow.ValidationError) as refused:
+        field.deserialize([[Level.LOW, 2, 3.5, Level.LOW], [1.0, Level.LOW, True, "x"]])
+    assert refused.value.messages == {1: {2: ["Expected a number, got true."]}}
+    assert field.deserialize([[Level.LOW, 2.5]]).tolist() == [[1.0, 2.5]]
+    mask = schemas.tensor.BoolTensor(ranks=(2,))
+    with pytest.raises(marshmallow.ValidationError) as refused:
+        mask.deserialize([[True], [False], [1]])
+    assert refused.value.messages == {2: {0: ["Expected a boolean, got 1."]}}

@@ -47,6 +47,8 @@ def test_unknown_path_is_404_and_wrong_method_is_405_with_allow(client):
     ([[1.0, "1.5"]], "/query/0/1", "number"),
     ([[1.0, None]], "/query/0/1", "number"),
     ([[1.0, {"a": 1}]], "/query/0/1", "number"),
+    ([[1.0, 2.0], [3.0, "x"]], "/query/1/1", "number"),
+    ([[[1.0], [2.0]], [[3.0], [None]], [["x"], [4.0]]], "/query/1/1/0", "number"),  # the first, depth first
     ([[1.0, 2.0], [3.0]], "/query/1", "ragged"),
     ([[1.0, 2.0], 3.0], "/query/1", "ragged"),
     ([1.0, 2.0], "/query", "dimensions"),
