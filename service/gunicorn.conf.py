@@ -28,7 +28,7 @@ graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "1000"))
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
-# gunicorn answers a longer request line itself, in HTML; up to its maximum, the app answers (problem+json).
+# gunicorn answers a longer request line itself (problem+json: write_problem below); up to it, the app does.
 limit_request_line = 8190
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 
@@ -142,3 +142,27 @@ class OneWriteResponse(_wsgi.Response):
 
 
 _wsgi.Response = OneWriteResponse  # wsgi.create() builds every response from this module global
+
+
+# What gunicorn's HTTP parser refuses before the app sees it (a malformed request line, method or header,
+# a request line past limit_request_line, too many or too large headers, conflicting Content-Length and
+# Transfer-Encoding...) it answers itself, in HTML. The same answer here as the app gives every other
+# error: application/problem+json with a fresh X-Request-Id (the request's own could not be read).
+from gunicorn import util as _util  # noqa: E402
+
+
+def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's ``util.write_error``, writing an RFC 9457 problem instead of an HTML page."""
+    import json
+
+    from service.observability import fresh_id
+
+    rid = fresh_id()
+    body = json.dumps({"type": "about:blank", "title": reason, "status": status_int,
+                       "detail": (mesg or reason)[:300], "request_id": rid}, separators=(",", ":")).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/problem+json\r\n"
+            f"X-Request-Id: {rid}\r\nContent-Length: {len(body)}\r\n\r\n")
+    _util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+_util.write_error = write_problem  # the workers call it as util.write_error

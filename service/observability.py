@@ -45,7 +45,7 @@ def request_id() -> str | None:
     return request.environ.get(REQUEST_ID) if has_request_context() else None
 
 
-def _fresh_id() -> str:
+def fresh_id() -> str:
     """32 random hex digits. An id needs to be unique, not secret: Python's generator (reseeded in every
     forked worker) instead of os.urandom, a system call per request."""
     return f"{random.getrandbits(128):032x}"
@@ -75,7 +75,7 @@ class RequestObserver:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         sent = environ.get(ENVIRON_KEY)
-        rid = environ[REQUEST_ID] = sent if sent and SANE_ID.fullmatch(sent) else _fresh_id()
+        rid = environ[REQUEST_ID] = sent if sent and SANE_ID.fullmatch(sent) else fresh_id()
         started = time.perf_counter()
         answer: list = []
 

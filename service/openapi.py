@@ -17,8 +17,7 @@ from service.jsonio import dumps
 DESCRIPTION = """\
 The forward pass of "Attention Is All You Need" in numpy, over HTTP. Tensors are nested JSON
 arrays (row-major); masks are booleans, true = may attend. Every error is RFC 9457
-application/problem+json, but on /v2 (the protocol's {"error": ...}) and for a request line over
-8190 bytes (gunicorn's own 414). Limits: GET /v1/limits."""
+application/problem+json, but on /v2 (the protocol's {"error": ...}). Limits: GET /v1/limits."""
 TOP_LEVEL_ORDER = ("openapi", "info", "tags", "paths", "components")
 OPERATION_ORDER = ("summary", "description", "tags", "parameters", "requestBody", "responses")
 

@@ -7,6 +7,7 @@ Worker RSS (VmRSS from /proc) is measured before and after the whole suite.
 from __future__ import annotations
 
 import gzip
+import json
 import socket
 import time
 
@@ -242,6 +243,25 @@ def test_a_badly_framed_chunked_body_is_400(server, path, framing):
                                          "Transfer-Encoding: chunked\r\n\r\n".encode() + framing)
     assert head.startswith(b"HTTP/1.1 400"), head + payload[:300]
     assert b"The body could not be read" in payload and b"X-Request-Id" in head, payload[:300]
+
+
+@pytest.mark.parametrize(("request_", "status"), [
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400),
+    (b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+    (b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400),
+    (b"G(T /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
+])
+def test_what_gunicorns_parser_refuses_is_a_problem_with_a_request_id(server, request_, status):
+    """Answered before the app sees the request: the same problem+json and X-Request-Id as every other error."""
+    head, payload = raw_exchange(server, request_)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert lines[0].startswith(f"HTTP/1.1 {status} "), head
+    assert headers["Content-Type"] == "application/problem+json"
+    problem = json.loads(payload)
+    assert problem["status"] == status and problem["request_id"] == headers["X-Request-Id"] != ""
 
 
 @pytest.mark.skipif(not nginx_available(), reason="nginx not installed")

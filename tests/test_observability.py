@@ -270,15 +270,15 @@ def test_log_timestamps_round_to_the_microsecond_first_as_datetime_does(monkeypa
 
 
 def test_forked_workers_do_not_generate_the_same_request_ids():
-    from service.observability import _fresh_id
+    from service.observability import fresh_id
 
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # a worker forked from the same master: its generator must not replay the parent's
-        os.write(write, _fresh_id().encode())
+        os.write(write, fresh_id().encode())
         os._exit(0)
     os.waitpid(child, 0)
-    theirs, ours = os.read(read, 64).decode(), _fresh_id()
+    theirs, ours = os.read(read, 64).decode(), fresh_id()
     os.close(read)
     os.close(write)
     assert re.fullmatch(r"[0-9a-f]{32}", theirs) and theirs != ours
