@@ -10,7 +10,7 @@ script benchmarks/http_body.lua) sends demo-5 sized multi-head attention with fr
 in every request (5x8, 4 heads, causal) at each number of concurrent clients, after a short warm-up:
 ``--rounds`` runs of ``--seconds`` per server, alternating bare and real (who goes first swaps each
 round). Printed per level: medians of requests/s and p50/p99 latency, errors for both, and the median
-of the paired ratios (each round's) with a 95% interval for it (more rounds, narrower interval).
+of the paired ratios (each round's) with, from 6 rounds on, a 95% interval for it (more, narrower).
 The load generator's own CPU use is printed too, to show it is not the bottleneck. Targets (issue 7):
 real >= 65% of the bare throughput, 0 errors, p99 < 20 ms at 8 clients. A benchmark: nothing asserts.
 """

@@ -90,6 +90,21 @@ class BoundedList(fields.List):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
+class BoundedDict(fields.Dict):
+    """An object of at most ``max_members`` members, judged by that count before any key or value is loaded
+    (as :class:`BoundedList`), documented as ``maxProperties``."""
+
+    def __init__(self, *, max_members: int, **kwargs: Any) -> None:
+        kwargs["metadata"] = {**kwargs.get("metadata", {}), "maxProperties": max_members}
+        super().__init__(**kwargs)
+        self.max_members = max_members
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[Any, Any]:
+        if isinstance(value, dict) and len(value) > self.max_members:
+            raise ValidationError(f"More than {self.max_members} members.")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class StringList(fields.List):
     """A list of strings checked in one pass, naming the first bad item only: a marshmallow String per
     item costs ~20x more (and keeps an error per bad item). ``max_chars``: the longest string allowed.

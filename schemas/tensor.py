@@ -49,7 +49,7 @@ def _first_bad_leaf(value: Any, ok: type | tuple[type, ...]) -> tuple[list[int],
             kinds = set(map(type, item))
             if kinds <= exact:                           # numbers only (or booleans only): nothing here
                 continue
-            if list not in kinds:                        # a row of leaves holding a suspect one
+            if not any(issubclass(kind, list) for kind in kinds):  # a row of leaves holding a suspect one
                 j = _first_bad_in_row(item, exact, bad)
                 if j is not None:
                     return [*path, i, j][1:], item[j]

@@ -9,12 +9,13 @@ from __future__ import annotations
 from marshmallow import EXCLUDE, fields, validate
 
 from schemas.base import Schema
-from schemas.fields import BoundedList, StrictFloat, seed, strict_bool, strict_int
+from schemas.fields import BoundedDict, BoundedList, StrictFloat, seed, strict_bool, strict_int
 
 # Far more tensors per request, and dimensions per tensor, than any model here has (4 inputs, rank 4):
 # a longer list is refused by its length before any item is loaded (see BoundedList).
 MAX_TENSORS = 16
 MAX_RANK = 8
+MAX_PARAMETERS = 64  # a model takes at most 5, and binary_data_output
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
 
@@ -117,7 +118,7 @@ class InferenceRequest(Schema):
     id = fields.String(metadata={"description": "Echoed in the response."})
     model_name = fields.String(metadata={"description": "Optional (Triton's examples send it): the model of the "
                                                         "path, else 400."})
-    parameters = fields.Dict(keys=fields.String(), load_default=dict, metadata={
+    parameters = BoundedDict(keys=fields.String(), load_default=dict, max_members=MAX_PARAMETERS, metadata={
         "description": "Model parameters, and binary_data_output (bool: every output as raw bytes)."})
     inputs = BoundedList(fields.Nested(RequestInput), required=True, validate=validate.Length(min=1, max=MAX_TENSORS))
     outputs = BoundedList(fields.Nested(RequestOutput), validate=validate.Length(max=MAX_TENSORS), metadata={

@@ -215,7 +215,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
                         * min(params.get("n_layers", 1), limits.max_layers))
         batch = min(batch, max(1, limits.max_weight_elements // per_sentence))
         weights = batch * per_sentence
-        output = batch * n * d_out
+        output = min(batch * n * d_out, limits.max_output_elements)
     trace = params.get("trace", False)
     weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
     returned = (weights if trace or params.get("return_weights", True) else 0) + output

@@ -144,6 +144,15 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
     _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
 
 
+def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, width_name: str) -> None:
+    """B * n * width numbers of one array computed along the positions of X (B?, n, d_model): self-attention's
+    Q, K, V and output (width d_k), the encoder's feed-forward layer (d_ff), against max_output_elements.
+    Their width is a parameter, not the input's: without this, embeddings of 2^20 one-number positions
+    and d_k = 512 passed every limit and asked for 4 GiB per array. ``width_name`` is blamed if given."""
+    where = width_name if width_name in params else "tokens" if "tokens" in params else "embeddings"
+    limits.check("max_output_elements", batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
+
+
 class _BlameInput:
     """Engine errors about a layer's input (X, or the Q, K, V projected from it, e.g. an overflow)
     point at the request's ``embeddings`` or ``tokens``, and at its explicit ``weights`` if any.
@@ -191,6 +200,7 @@ def compute_self_attention(params: Params, limits: Limits) -> Result:
     d_k = width_of_self_attention(params)
     limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
     _check_weights(x, params, 1, limits)
+    _check_positions(x, d_k or x.shape[-1], params, limits, "d_k")
     layer = engine.SelfAttention(x.shape[-1], d_k, params["seed"], **weights)
     return _run_layer(layer, x, params)
 
@@ -209,6 +219,7 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     limits.check("max_layers", params["n_layers"], pointer=pointer("n_layers"))
     limits.check("max_d_ff", params.get("d_ff", 4 * x.shape[-1]), pointer=pointer("d_ff"))
     _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
+    _check_positions(x, params.get("d_ff", 4 * x.shape[-1]), params, limits, "d_ff")
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
     with _BlameInput(params):

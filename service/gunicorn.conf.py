@@ -152,15 +152,18 @@ from gunicorn import util as _util  # noqa: E402
 
 
 def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
-    """gunicorn's ``util.write_error``, writing an RFC 9457 problem instead of an HTML page."""
+    """gunicorn's ``util.write_error``, writing an RFC 9457 problem instead of an HTML page. The title is
+    the status's own phrase (gunicorn passes "Bad Request" with its 501 and 500)."""
+    import http
     import json
 
     from service.observability import fresh_id
 
     rid = fresh_id()
-    body = json.dumps({"type": "about:blank", "title": reason, "status": status_int,
-                       "detail": (mesg or reason)[:300], "request_id": rid}, separators=(",", ":")).encode()
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/problem+json\r\n"
+    title = http.HTTPStatus(status_int).phrase
+    body = json.dumps({"type": "about:blank", "title": title, "status": status_int,
+                       "detail": (mesg or title)[:300], "request_id": rid}, separators=(",", ":")).encode()
+    head = (f"HTTP/1.1 {status_int} {title}\r\nConnection: close\r\nContent-Type: application/problem+json\r\n"
             f"X-Request-Id: {rid}\r\nContent-Length: {len(body)}\r\n\r\n")
     _util.write_nonblock(sock, head.encode("latin-1") + body)
 

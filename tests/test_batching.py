@@ -57,6 +57,12 @@ def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, bo
     assert batching.cost(*load(op, body), Limits()) == expected
 
 
+def test_cost_counts_an_output_wider_than_the_input_up_to_its_limit():
+    """65 one-number positions, d_k 512: the item answers its own 422; it counts max_output_elements, at most."""
+    item = load("self-attention", {"embeddings": np.ones((65, 1, 1)).tolist(), "d_k": 512})
+    assert batching.cost(*item, Limits(max_weight_elements=64, max_output_elements=100)) == 4 * (64 + 100)
+
+
 def test_cost_counts_no_more_sentences_than_the_weights_limit_allows():
     """9 sentences of 2 heads * 2 * 2 weights, 64 weights allowed: counted as 8 (the item answers its own 422)."""
     item = load("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2})

@@ -10,6 +10,7 @@ import gzip
 import json
 import socket
 import time
+from http import HTTPStatus
 
 import pytest
 import requests
@@ -118,6 +119,8 @@ ONE_INPUT = b'{"name": "query", "shape": [1, 1], "datatype": "FP64", "data": [1.
     (V2_INFER, b'{"inputs": [{}' + b", {}" * 999_999 + b"]}", 400),  # a million inputs
     (V2_INFER, b'{"inputs": [' + ONE_INPUT + b'], "outputs": [1' + b", 1" * 999_999 + b"]}", 400),
     (V2_INFER, b'{"inputs": [{"name": "query", "datatype": "FP64", "shape": [-1' + b", -1" * 999_999 + b"]}]}", 400),
+    (V2_INFER, b'{"inputs": [' + ONE_INPUT + b'], "parameters": {' + b", ".join(b'"p%d": 0' % i for i in range(10**6))
+     + b"}}", 400),
     ("/v1/heatmap", b'{"weights": [[0.5]], "row_labels": [1' + b", 1" * 3_999_999 + b"]}", 422),
     ("/v1/heatmap", b'{"weights": [[0.5]], "col_labels": ["' + b'x", "x' * 2_500_000 + b'"]}', 422),
     ("/v1/attention", b'{"query": [[1.0]], ' + b", ".join(b'"k%d": 0' % i for i in range(1_000_000)) + b"}", 422),
@@ -252,6 +255,7 @@ def test_a_badly_framed_chunked_body_is_400(server, path, framing):
     (b"G(T /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
     (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
     (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
+    (b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: bogus\r\n\r\n", 501),
 ])
 def test_what_gunicorns_parser_refuses_is_a_problem_with_a_request_id(server, request_, status):
     """Answered before the app sees the request: the same problem+json and X-Request-Id as every other error."""
@@ -262,6 +266,7 @@ def test_what_gunicorns_parser_refuses_is_a_problem_with_a_request_id(server, re
     assert headers["Content-Type"] == "application/problem+json"
     problem = json.loads(payload)
     assert problem["status"] == status and problem["request_id"] == headers["X-Request-Id"] != ""
+    assert problem["title"] == HTTPStatus(status).phrase and lines[0] == f"HTTP/1.1 {status} {problem['title']}"
 
 
 @pytest.mark.skipif(not nginx_available(), reason="nginx not installed")

@@ -225,3 +225,14 @@ def test_a_tensors_first_bad_leaf_is_named_past_leaves_of_number_subclasses():
     with pytest.raises(marshmallow.ValidationError) as refused:
         mask.deserialize([[True], [False], [1]])
     assert refused.value.messages == {2: {0: ["Expected a boolean, got 1."]}}
+
+
+def test_a_tensors_first_bad_leaf_is_found_through_list_subclasses():
+    """Lists of a list subclass are walked like lists, before and after a row of plain leaves."""
+    class Row(list):
+        pass
+
+    field = schemas.tensor.Tensor(ranks=(3,))
+    with pytest.raises(marshmallow.ValidationError) as refused:
+        field.deserialize([[Row([1.0, 2.0]), Row([3.0, 4.0])], [[1.0, 2.0], [3.0, True]]])
+    assert refused.value.messages == {1: {1: {1: ["Expected a number, got true."]}}}

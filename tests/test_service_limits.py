@@ -61,6 +61,15 @@ def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> di
      {"tokens": ["cat"], "d_model": 7}, "max_d_model", "/d_model"),
     ({"max_d_model": 6}, "/v1/self-attention", {"tokens": ["cat"], "d_k": 6},
      {"tokens": ["cat"], "d_k": 7}, "max_d_model", "/d_k"),
+    # Arrays wider than the input: self-attention's Q, K, V and output (B * n * d_k), the feed-forward (B * n * d_ff)
+    ({"max_output_elements": 2 * 3 * 8}, "/v1/self-attention", {"embeddings": np.ones((2, 3, 1)).tolist(), "d_k": 8},
+     {"embeddings": np.ones((2, 3, 1)).tolist(), "d_k": 9}, "max_output_elements", "/d_k"),
+    ({"max_output_elements": 2 * 6}, "/v1/self-attention", {"tokens": ["cat", "it"], "d_model": 6},
+     {"tokens": ["cat", "it"], "d_model": 7}, "max_output_elements", "/tokens"),
+    ({"max_output_elements": 2 * 40}, "/v1/encoder", {"tokens": ["cat", "it"], "n_heads": 1, "d_ff": 40},
+     {"tokens": ["cat", "it"], "n_heads": 1, "d_ff": 41}, "max_output_elements", "/d_ff"),
+    ({"max_output_elements": 3 * 4 * 8}, "/v1/encoder", {"embeddings": np.ones((3, 8)).tolist(), "n_heads": 1},
+     {"embeddings": np.ones((4, 8)).tolist(), "n_heads": 1}, "max_output_elements", "/embeddings"),
 ])
 def test_limits_at_and_just_past_the_boundary(limits, path, at, past, name, pointer):
     client = client_with(**limits)

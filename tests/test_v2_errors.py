@@ -123,6 +123,8 @@ JSON_ERRORS = {
                             "parameters": {"num_heads": 2, "seed": -1}}, "/parameters/seed"),
     "17 inputs": (SDPA, {"inputs": [{}] * 17}, "/inputs: Length must be between 1 and 16"),
     "17 outputs": (SDPA, {"inputs": QKV, "outputs": [{}] * 17}, "/outputs: Longer than maximum length 16"),
+    "65 parameters": (SDPA, {"inputs": QKV, "parameters": {f"p{i}": i for i in range(65)}},
+                      "/parameters: More than 64 members"),
     "rank 9": (SDPA, with_input(0, shape=[1] * 9, data=[1.0]), "/inputs/0/shape: Longer than maximum length 8"),
     "embeddings rank 4": (MHA, {"inputs": [tensor("embeddings", np.ones((1, 1, 3, 8)))],
                                 "parameters": {"num_heads": 2}},
