@@ -181,18 +181,23 @@ def _frozen(value: Any) -> Hashable:
 
 
 RETURNED_EXTRA = 3  # a returned number also becomes an array element and ~20 bytes of JSON text
+MACS_PER_UNIT = 1024  # multiply-adds of a layer's projections and feed-forward per unit of the budget
+LAYER_OPS = ("self-attention", "multi-head-attention", "encoder")
 
 
 def cost(op: str, params: Params, limits: Limits) -> int:
     """An item's share of the batch budget ``max_batch_elements``: the numbers it computes (attention
-    weights B * h * n_q * n_k, times layers, times 4 with trace, plus its output), and
-    ``RETURNED_EXTRA`` more for each number it returns (the weights unless return_weights is false,
-    every stage with trace, the output): the answer is what takes a worker's memory.
+    weights B * h * n_q * n_k, times layers, times 4 with trace, plus its output, plus one per
+    ``MACS_PER_UNIT`` multiply-adds of its projections and feed-forward), and ``RETURNED_EXTRA`` more for
+    each number it returns (the weights unless return_weights is false, every stage with trace, the
+    output): the answer is what takes a worker's memory. (The seeded weights a batch draws are counted
+    once per distinct layer by :func:`seeded_draws`.)
 
     Shapes only, nothing computed. An item past its own limits counts at most what they allow (it
     will answer its own 422), so it cannot make a batch of good items too large.
     """
     per_item = limits.max_sequence_length * limits.max_d_model
+    traced = macs = 0
     if op == "positional-encoding":
         return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
     if op == "attention":
@@ -201,22 +206,69 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         weights = batch * q.shape[-2] * k.shape[-2]
         output = min(batch * q.shape[-2] * v.shape[-1], limits.max_output_elements)
     else:
-        if "tokens" in params:
-            batch, n, d_model = 1, len(params["tokens"]), params.get("d_model", 4)
-        else:
-            x = params["embeddings"]
-            batch, (n, d_model) = compute.batch_size(x), x.shape[-2:]
+        batch, n, d_model = _sentence(params)
         if op == "embed":
             return (1 + RETURNED_EXTRA) * min(batch * n * d_model, per_item)
-        d_out = (compute.width_of_self_attention(params) or d_model) if op == "self-attention" else d_model
+        shape = _layer_shape(op, params, d_model, limits)
         # Each size as if at its limit when past it; and no more batch items than the weights limit allows.
-        n, d_out = min(n, limits.max_sequence_length), min(d_out, limits.max_d_model)
-        per_sentence = (min(params.get("n_heads", 1), limits.max_heads) * n * n
-                        * min(params.get("n_layers", 1), limits.max_layers))
+        n = min(n, limits.max_sequence_length)
+        per_sentence = shape.heads * n * n * shape.layers
         batch = min(batch, max(1, limits.max_weight_elements // per_sentence))
         weights = batch * per_sentence
-        output = min(batch * n * d_out, limits.max_output_elements)
+        output = min(batch * n * shape.d_out, limits.max_output_elements)
+        macs = batch * n * shape.macs // MACS_PER_UNIT
+        traced = batch * n * shape.traced if params.get("trace", False) else 0
     trace = params.get("trace", False)
     weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
-    returned = (weights if trace or params.get("return_weights", True) else 0) + output
-    return weights + output + RETURNED_EXTRA * returned
+    returned = (weights if trace or params.get("return_weights", True) else 0) + output + traced
+    return weights + output + macs + traced + RETURNED_EXTRA * returned
+
+
+@dataclasses.dataclass(frozen=True)
+class _LayerShape:
+    """Sizes of a self-attention, multi-head or encoder item, each at most its limit. Per position:
+    ``traced`` numbers its trace returns besides weights and output, ``macs`` multiply-adds of its
+    projections and feed-forward. ``drawn``: random numbers its seeded weights take."""
+
+    d_out: int
+    heads: int
+    layers: int
+    traced: int
+    macs: int
+    drawn: int
+
+
+def _sentence(params: Params) -> tuple[int, int, int]:
+    """(batch, n, d_model) of an item given as tokens or embeddings."""
+    if "tokens" in params:
+        return 1, len(params["tokens"]), params.get("d_model", 4)
+    x = params["embeddings"]
+    return compute.batch_size(x), x.shape[-2], x.shape[-1]
+
+
+def _layer_shape(op: str, params: Params, d_model: int, limits: Limits) -> _LayerShape:
+    d = min(d_model, limits.max_d_model)
+    if op == "self-attention":
+        d_k = min(compute.width_of_self_attention(params) or d, limits.max_d_model)
+        return _LayerShape(d_k, 1, 1, traced=3 * d_k, macs=3 * d * d_k, drawn=3 * d * d_k)  # Q, K, V
+    heads = min(params["n_heads"], limits.max_heads)
+    if op == "multi-head-attention":
+        return _LayerShape(d, heads, 1, traced=3 * d, macs=4 * d * d, drawn=4 * d * d)  # Q, K, V, then W_o
+    layers, d_ff = min(params["n_layers"], limits.max_layers), min(params.get("d_ff", 4 * d), limits.max_d_ff)
+    per_layer = 4 * d * d + 2 * d * d_ff  # and W_1, W_2
+    # A layer's trace: q, k, v, the heads mixed by W_o, add & norm, feed-forward, the layer's output.
+    return _LayerShape(d, heads, layers, traced=7 * d * layers, macs=layers * per_layer, drawn=layers * per_layer)
+
+
+def seeded_draws(items: list[tuple[str, Params]], limits: Limits) -> int:
+    """Random numbers drawn to build the seeded layers of a batch's items, once per distinct layer (op,
+    seed, sizes; explicit weights draw none): 256 encoder items of d_model 512, each with its own seed,
+    drew ~5 G numbers from a 36 KB body, past the worker timeout."""
+    drawn: dict[tuple, int] = {}
+    for op, params in items:
+        if op in LAYER_OPS and not params.get("weights"):
+            d_model = _sentence(params)[2]
+            key = (op, params["seed"], d_model, params.get("d_k"), params.get("n_heads"), params.get("n_layers"),
+                   params.get("d_ff"))
+            drawn[key] = _layer_shape(op, params, d_model, limits).drawn
+    return sum(drawn.values())

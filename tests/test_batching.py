@@ -44,14 +44,21 @@ def test_a_failing_group_is_recomputed_one_by_one():
     ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}, 4 * (2 * 2 * 9 + 2 * 3 * 4)),
     ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2, "return_weights": False},
      2 * 2 * 9 + 4 * (2 * 3 * 4)),  # weights computed, not returned
-    ("encoder", {"tokens": ["cat"] * 3, "d_model": 8, "n_heads": 2, "n_layers": 3}, 4 * (2 * 9 * 3 + 3 * 8)),
+    ("encoder", {"tokens": ["cat"] * 3, "d_model": 8, "n_heads": 2, "n_layers": 3},
+     4 * (2 * 9 * 3 + 3 * 8) + 3 * 3 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),  # + multiply-adds per 1024
     ("embed", {"tokens": ["cat"] * 3, "d_model": 6}, 4 * 18),
     ("positional-encoding", {"n_positions": 3, "d_model": 4}, 4 * 12),
     ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, 4 * 1024 * 512),  # counted up to its limits
-    ("self-attention", {"tokens": ["cat"] * 2, "d_k": 10**7}, 4 * (2 * 2 + 2 * 512)),   # d_k as max_d_model
-    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 10**7, "n_heads": 2}, 4 * (2 * 4 + 2 * 512)),
-    ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 10**9, "n_layers": 10**9},
-     4 * (16 * 4 * 6 + 2 * 8)),                                                           # max_heads, max_layers
+    ("self-attention", {"tokens": ["cat"] * 2, "d_k": 10**7},  # d_k counts as max_d_model
+     4 * (2 * 2 + 2 * 512) + 2 * 3 * 4 * 512 // 1024),
+    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 10**7, "n_heads": 2},
+     4 * (2 * 4 + 2 * 512) + 2 * 4 * 512 * 512 // 1024),
+    ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 10**9, "n_layers": 10**9},  # max_heads, max_layers
+     4 * (16 * 4 * 6 + 2 * 8) + 2 * 6 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
+    ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 1, "n_layers": 2, "trace": True},  # 7 arrays a layer
+     (1 + 3) * (4 * 2 * 4 + 2 * 8 + 2 * 7 * 8 * 2) + 2 * 2 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
+    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 2, "trace": True},  # q, k, v
+     (1 + 3) * (4 * 2 * 4 + 2 * 8 + 2 * 3 * 8) + 2 * 4 * 8 * 8 // 1024),
 ])
 def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, body, expected):
     assert batching.cost(*load(op, body), Limits()) == expected
@@ -60,13 +67,15 @@ def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, bo
 def test_cost_counts_an_output_wider_than_the_input_up_to_its_limit():
     """65 one-number positions, d_k 512: the item answers its own 422; it counts max_output_elements, at most."""
     item = load("self-attention", {"embeddings": np.ones((65, 1, 1)).tolist(), "d_k": 512})
-    assert batching.cost(*item, Limits(max_weight_elements=64, max_output_elements=100)) == 4 * (64 + 100)
+    limits = Limits(max_weight_elements=64, max_output_elements=100)
+    assert batching.cost(*item, limits) == 4 * (64 + 100) + 64 * 3 * 1 * 512 // 1024
 
 
 def test_cost_counts_no_more_sentences_than_the_weights_limit_allows():
     """9 sentences of 2 heads * 2 * 2 weights, 64 weights allowed: counted as 8 (the item answers its own 422)."""
     item = load("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2})
-    assert batching.cost(*item, Limits(max_weight_elements=64)) == 4 * (8 * 2 * 2 * 2 + 8 * 2 * 4)
+    expected = 4 * (8 * 2 * 2 * 2 + 8 * 2 * 4) + 8 * 2 * 4 * 4 * 4 // 1024  # + multiply-adds per 1024
+    assert batching.cost(*item, Limits(max_weight_elements=64)) == expected
 
 
 def test_keys_tell_apart_what_compares_equal():
@@ -129,3 +138,18 @@ def test_a_stack_within_g_times_every_size_limit_is_computed_as_one_call(monkeyp
     monkeypatch.setattr(batching, "_alone", lambda job, limits: pytest.fail("computed alone"))
     results = batching.run(items, Limits(max_output_elements=2 * 3 * 4))
     assert [result["output"].shape for result in results] == [(2, 3, 4)] * 8
+
+
+def test_seeded_draws_count_each_distinct_layer_once():
+    def mha(seed: int, **extra) -> tuple[str, dict]:
+        return load("multi-head-attention", {"tokens": ["cat"], "d_model": 8, "n_heads": 2, "seed": seed, **extra})
+
+    explicit = {"w_q": np.ones((2, 8, 4)).tolist(), "w_k": np.ones((2, 8, 4)).tolist(),
+                "w_v": np.ones((2, 8, 4)).tolist(), "w_o": np.ones((8, 8)).tolist()}
+    assert batching.seeded_draws([mha(0), mha(0), mha(0, causal=True)], Limits()) == 4 * 8 * 8
+    assert batching.seeded_draws([mha(0), mha(1)], Limits()) == 2 * 4 * 8 * 8
+    assert batching.seeded_draws([mha(0, weights=explicit)], Limits()) == 0
+    encoder = load("encoder", {"tokens": ["cat"], "d_model": 8, "n_heads": 2, "n_layers": 2, "d_ff": 16})
+    assert batching.seeded_draws([encoder, encoder], Limits()) == 2 * (4 * 8 * 8 + 2 * 8 * 16)
+    self_attention = load("self-attention", {"tokens": ["cat"], "d_model": 8, "d_k": 3})
+    assert batching.seeded_draws([self_attention], Limits()) == 3 * 8 * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -168,11 +169,12 @@ MHA = {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}  # weights 2*2*3
 
 def test_max_batch_elements_at_and_past_the_boundary():
     items = {"requests": [{"id": str(i), "op": "multi-head-attention", "body": MHA} for i in range(3)]}
-    at = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=3 * 240)}).test_client()
+    budget = 3 * 240 + 4 * 4 * 4  # the items, and the weights of their one seeded layer (W_q, W_k, W_v, W_o: 4 x 4)
+    at = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=budget)}).test_client()
     assert [a["status"] for a in at.post("/v1/batch", json=items).get_json()["responses"]] == [200] * 3
-    past = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=3 * 240 - 1)}).test_client()
+    past = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=budget - 1)}).test_client()
     problem = assert_problem(past.post("/v1/batch", json=items), 413)
-    assert problem["limit"] == {"name": "max_batch_elements", "maximum": 719, "value": 720}
+    assert problem["limit"] == {"name": "max_batch_elements", "maximum": budget - 1, "value": budget}
 
 
 def test_a_batch_whose_answer_would_not_fit_a_worker_is_refused_before_compute(client):
@@ -186,8 +188,9 @@ def test_a_batch_whose_answer_would_not_fit_a_worker_is_refused_before_compute(c
 
 
 def test_an_item_past_its_own_limits_gets_its_422_and_counts_only_up_to_them():
-    # The big item counts 4 * (36 weights (its limit) + 36 outputs) = 288 (360 if it counted fully): 768 in all.
-    client = create_app({"TESTING": True, "LIMITS": Limits(max_weight_elements=36, max_batch_elements=768)})
+    # The big item counts as the 2 sentences its limit allows, 4 * (36 weights + 24 outputs) = 240 (360 if it
+    # counted fully), like each other item: 720, and 64 for the seeded layer they share: 784 in all.
+    client = create_app({"TESTING": True, "LIMITS": Limits(max_weight_elements=36, max_batch_elements=784)})
     huge = {**MHA, "embeddings": np.ones((3, 3, 4)).tolist()}  # 54 weights: past max_weight_elements alone
     answers = client.test_client().post("/v1/batch", json={"requests": [
         {"id": "a", "op": "multi-head-attention", "body": MHA}, {"id": "b", "op": "multi-head-attention", "body": huge},
@@ -283,3 +286,21 @@ def test_grouping_never_mixes_items_up(client, monkeypatch):
     answers = assert_same_as_singles(client, items)
     assert all(answer["status"] == 200 for answer in answers)
     assert len(calls) == len({label for label, _ in labelled})  # one call per group, no fallback
+
+
+WORDS = ["the", "cat", "ate", "food", "it"]
+
+
+@pytest.mark.parametrize(("body", "items"), [
+    # each its own seed: 256 encoders of d_model 512 draw ~5 G weights (past the worker timeout, from 36 KB)
+    (lambda i: {"tokens": ["cat"], "d_model": 512, "n_heads": 1, "n_layers": 6, "return_weights": False,
+                "seed": i}, 256),
+    # traces: q, k, v, add & norm, feed-forward and output of every layer are returned too (~280 MB of JSON)
+    (lambda i: {"tokens": (WORDS * 6)[:27], "d_model": 512, "n_heads": 1, "n_layers": 6, "trace": True}, 100),
+])
+def test_batches_whose_work_the_items_shapes_hide_are_413_before_any_compute(client, body, items):
+    started = time.monotonic()
+    response = client.post("/v1/batch", json={"requests": [{"id": str(i), "op": "encoder", "body": body(i)}
+                                                            for i in range(items)]})
+    problem = assert_problem(response, 413)
+    assert problem["limit"]["name"] == "max_batch_elements" and time.monotonic() - started < 2

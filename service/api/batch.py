@@ -65,10 +65,11 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     """One ``{id, status, body | error}`` per item of a valid envelope, in order."""
     outcomes: list[Any] = [_load(index, item) for index, item in enumerate(requests)]
     valid = [(index, outcome) for index, outcome in enumerate(outcomes) if not isinstance(outcome, Exception)]
-    total = sum(batching.cost(op, params, limits) for _, (op, params) in valid)
+    items = [item for _, item in valid]
+    total = sum(batching.cost(op, params, limits) for op, params in items) + batching.seeded_draws(items, limits)
     if total > limits.max_batch_elements:
         raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements)
-    results = batching.run([item for _, item in valid], limits)
+    results = batching.run(items, limits)
     for (index, (_, params)), result in zip(valid, results, strict=True):
         if isinstance(result, Exception):
             outcomes[index] = _rooted(index, result)
