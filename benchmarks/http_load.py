@@ -83,8 +83,8 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     """
     xs, n = sorted(values), len(values)
     below, r = 0.0, 0                       # below = P(B <= r - 1)
-    while below + math.comb(n, r) / 2**n <= (1 - level) / 2:
-        below += math.comb(n, r) / 2**n
+    while below + (p := math.comb(n, r) / 2**n) <= (1 - level) / 2:
+        below += p
         r += 1
     return (xs[r - 1], xs[n - r]) if r >= 1 else None
 

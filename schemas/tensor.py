@@ -66,7 +66,7 @@ def _first_bad_leaf(value: Any, ok: type | tuple[type, ...]) -> tuple[list[int],
 
 def _first_bad_in_row(row: list, exact: set[type], bad: Any) -> int | None:
     """Index of the first bad leaf of a row of leaves: C-speed ``index`` over its type flags; a leaf of a
-    subclass of an ``ok`` type (numpy's float64, from Python callers) is looked at, and passed over."""
+    subclass of an ``ok`` type (an IntEnum from a Python caller: orjson writes it) is looked at, and passed over."""
     flags = list(map(exact.__contains__, map(type, row)))
     start = 0
     while True:

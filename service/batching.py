@@ -197,6 +197,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
     will answer its own 422), so it cannot make a batch of good items too large.
     """
     per_item = limits.max_sequence_length * limits.max_d_model
+    trace = params.get("trace", False)
     traced = macs = 0
     if op == "positional-encoding":
         return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
@@ -217,8 +218,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         weights = batch * per_sentence
         output = min(batch * n * shape.d_out, limits.max_output_elements)
         macs = batch * n * shape.macs // MACS_PER_UNIT
-        traced = batch * n * shape.traced if params.get("trace", False) else 0
-    trace = params.get("trace", False)
+        traced = batch * n * shape.traced if trace else 0
     weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
     returned = (weights if trace or params.get("return_weights", True) else 0) + output + traced
     return weights + output + macs + traced + RETURNED_EXTRA * returned

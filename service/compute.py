@@ -148,7 +148,8 @@ def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, 
     """B * n * width numbers of one array computed along the positions of X (B?, n, d_model): self-attention's
     Q, K, V and output (width d_k), the encoder's feed-forward layer (d_ff), against max_output_elements.
     Their width is a parameter, not the input's: without this, embeddings of 2^20 one-number positions
-    and d_k = 512 passed every limit and asked for 4 GiB per array. ``width_name`` is blamed if given."""
+    and d_k = 512 passed every limit and asked for 4 GiB per array. ``width_name`` is blamed if the request
+    gives it, else the input."""
     where = width_name if width_name in params else "tokens" if "tokens" in params else "embeddings"
     limits.check("max_output_elements", batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
 
@@ -217,9 +218,10 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     """n_layers encoder blocks: X (B?, n, d_model) -> output (B?, n, d_model), layers [{weights (B?, h, n, n)}]."""
     x = sentence(params, limits)
     limits.check("max_layers", params["n_layers"], pointer=pointer("n_layers"))
-    limits.check("max_d_ff", params.get("d_ff", 4 * x.shape[-1]), pointer=pointer("d_ff"))
+    d_ff = params.get("d_ff", 4 * x.shape[-1])
+    limits.check("max_d_ff", d_ff, pointer=pointer("d_ff"))
     _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
-    _check_positions(x, params.get("d_ff", 4 * x.shape[-1]), params, limits, "d_ff")
+    _check_positions(x, d_ff, params, limits, "d_ff")
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
     with _BlameInput(params):

@@ -113,15 +113,21 @@ def problem_response(status: int, title: str, detail: str, problem_type: str = "
     item's problem, inside a 200 answer, has none: the batch answer's header carries it).
     """
     members.setdefault("request_id", request_id())
+    response = Response(problem_bytes(status, title, detail, problem_type, **members), status=status,
+                        mimetype=PROBLEM_JSON)
+    response.headers.update(headers or {})
+    return response
+
+
+def problem_bytes(status: int, title: str, detail: str, problem_type: str = "about:blank", **members: Any) -> bytes:
+    """The problem object as JSON; members with value None are left out. (Also what gunicorn.conf.py writes
+    for the requests gunicorn's parser refuses before the app sees them.)"""
     body = {"type": problem_type, "title": title, "status": status, "detail": detail}
     body.update({key: value for key, value in members.items() if value is not None})
     try:
-        data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:  # an integer past 64 bits (e.g. a huge size echoed as a limit's value): stdlib json writes it
-        data = json.dumps(body).encode()
-    response = Response(data, status=status, mimetype=PROBLEM_JSON)
-    response.headers.update(headers or {})
-    return response
+        return json.dumps(body).encode()
 
 
 def problem_body(error: HTTPException) -> dict[str, Any]:

@@ -169,14 +169,13 @@ def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
     """gunicorn's ``util.write_error``, writing an RFC 9457 problem instead of an HTML page. The title is
     the status's own phrase (gunicorn passes "Bad Request" with its 501 and 500)."""
     import http
-    import json
 
+    from service.errors import problem_bytes
     from service.observability import fresh_id
 
     rid = fresh_id()
     title = http.HTTPStatus(status_int).phrase
-    body = json.dumps({"type": "about:blank", "title": title, "status": status_int,
-                       "detail": (mesg or title)[:300], "request_id": rid}, separators=(",", ":")).encode()
+    body = problem_bytes(status_int, title, (mesg or title)[:300], request_id=rid)
     head = (f"HTTP/1.1 {status_int} {title}\r\nConnection: close\r\nContent-Type: application/problem+json\r\n"
             f"X-Request-Id: {rid}\r\nContent-Length: {len(body)}\r\n\r\n")
     _util.write_nonblock(sock, head.encode("latin-1") + body)
