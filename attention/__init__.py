@@ -3,7 +3,8 @@
 Softmax, scaled dot-product attention, self- and multi-head attention with the seed
 script's random weights, sinusoidal positional encoding, causal and padding masks, the
 toy vocabulary, an encoder block and stack, and the seed's five demos as data.
-Every function takes leading batch axes; float32 in means float32 throughout.
+The layers and attention functions take leading batch axes; float32 in means float32
+throughout, other real inputs are computed in float64.
 No training, no web code: the HTTP service imports this, never the other way round.
 """
 

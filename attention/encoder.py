@@ -15,24 +15,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import positive_int, seed_int
+from ._checks import as_real_array, in_working_dtype, positive_int, seed_int
+from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import AttentionTrace
-from .layers import CastCache, MultiHeadAttention
+from .layers import CastCache, MultiHeadAttention, _input
 
 LAYER_NORM_EPS = 1e-5        # PyTorch's default: keeps a constant row from dividing by zero
 FEED_FORWARD_SEED_OFFSET = 200
 LAYER_SEED_STRIDE = 1000     # layer i of an Encoder is EncoderBlock(seed = seed + 1000 * i)
 
 
-def layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
-    """Normalise each row (last axis) to mean 0 and variance 1: unit scale, zero shift.
+def layer_norm(x, eps: float = LAYER_NORM_EPS) -> np.ndarray:
+    """Normalise each row (last axis) of x (..., d) to mean 0 and variance 1: unit scale, zero shift.
 
+    Integers are normalised as float64 (in their own dtype, eps would be 0 and a constant row 0/0).
     A row too large to square (|x| ~ 1e154 in float64, 1e19 in float32) has an infinite variance,
     which would divide it to zeros: that is an error, not an answer.
     """
+    x = in_working_dtype(as_real_array(x, "x"), "x")
     with np.errstate(over="ignore", invalid="ignore"):
-        return _layer_norm(np.asarray(x), eps)
+        return _layer_norm(x, eps)
 
 
 def _layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
@@ -42,6 +45,35 @@ def _layer_norm(x: np.ndarray, eps: float = LAYER_NORM_EPS) -> np.ndarray:
     if not np.isfinite(var).all():
         raise AttentionError("X", "the layer norm overflowed: input values are too large")
     return (x - mean) / np.sqrt(var + x.dtype.type(eps))
+
+
+@dataclass(frozen=True)
+class _FeedForwardWeights:
+    """A block's W_1 (d_model, d_ff) and W_2 (d_ff, d_model), read-only, with their casts per working dtype."""
+
+    w_1: np.ndarray
+    w_2: np.ndarray
+    cast: CastCache
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, counting the float32 copies a float32 request adds."""
+        return (self.w_1.nbytes + self.w_2.nbytes) * 3 // 2
+
+
+def _draw_feed_forward(d_model: int, d_ff: int, seed: int) -> _FeedForwardWeights:
+    """W_1 ~ N(0, 1/sqrt(d_model)) then W_2 ~ N(0, 1/sqrt(d_ff)), from default_rng(seed + 200)."""
+    rng = np.random.default_rng(seed + FEED_FORWARD_SEED_OFFSET)
+    w_1 = rng.normal(0, 1 / np.sqrt(d_model), (d_model, d_ff))
+    w_2 = rng.normal(0, 1 / np.sqrt(d_ff), (d_ff, d_model))
+    for w in (w_1, w_2):
+        w.setflags(write=False)        # memoised and shared: nobody may change a draw
+    return _FeedForwardWeights(w_1, w_2, CastCache(w_1=w_1, w_2=w_2))
+
+
+# A service builds the same seeded encoder on every request: recent feed-forward draws are kept within 64 MiB
+# per process (d_model=512, d_ff=2048: 24 MiB a layer with float32 copies; drawing one took ~35 ms).
+_seeded_feed_forward = ByteBudgetMemo(_draw_feed_forward, lambda weights: weights.nbytes, max_bytes=64 << 20)
 
 
 class EncoderBlock:
@@ -57,13 +89,17 @@ class EncoderBlock:
         self.attention = MultiHeadAttention(d_model, n_heads, seed)
         self.d_model = self.attention.d_model
         self.d_ff = 4 * self.d_model if d_ff is None else positive_int(d_ff, "d_ff")
-        rng = np.random.default_rng(seed_int(seed) + FEED_FORWARD_SEED_OFFSET)
-        self.w_1 = rng.normal(0, 1 / np.sqrt(self.d_model), (self.d_model, self.d_ff))
-        self.w_2 = rng.normal(0, 1 / np.sqrt(self.d_ff), (self.d_ff, self.d_model))
-        self._cast = CastCache(w_1=self.w_1, w_2=self.w_2)
+        weights = _seeded_feed_forward(self.d_model, self.d_ff, seed_int(seed))
+        self.w_1, self.w_2, self._cast = weights.w_1, weights.w_2, weights.cast
 
-    def feed_forward(self, x: np.ndarray) -> np.ndarray:
-        """Position-wise: each token alone goes through ReLU(x W_1) W_2, (..., n, d_model)."""
+    def feed_forward(self, x) -> np.ndarray:
+        """Position-wise: each token of x (..., n, d_model) alone goes through ReLU(x W_1) W_2 -> (..., n, d_model).
+
+        Integers are taken as float64 (cast to an integer dtype, the weights would round to 0)."""
+        return self._feed_forward(_input(x, "x", self.d_model))
+
+    def _feed_forward(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`feed_forward` of a checked x in its working dtype."""
         w = self._cast[x.dtype]
         hidden = x @ w["w_1"]                             # (..., n, d_ff)
         np.maximum(hidden, 0, out=hidden)                 # ReLU
@@ -85,7 +121,7 @@ class EncoderBlock:
         # An overflow (inf or NaN) reaches the next variance, which _layer_norm refuses: no other check.
         with np.errstate(over="ignore", invalid="ignore"):
             first = _layer_norm(np.asarray(X, dtype=attended.dtype) + attended)  # add & norm
-            feed_forward = self.feed_forward(first)
+            feed_forward = self._feed_forward(first)
             output = _layer_norm(first + feed_forward)                        # add & norm
         return first, feed_forward, output
 

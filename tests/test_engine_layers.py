@@ -262,6 +262,30 @@ def test_seeded_weights_are_memoised_and_read_only():
     np.testing.assert_array_equal(first.w_k[3], attention.SelfAttention(512, 64, seed=14).W_k)
 
 
+def test_seeded_feed_forward_weights_are_memoised_and_read_only():
+    first, again = attention.EncoderBlock(64, 4, seed=5), attention.EncoderBlock(64, 4, seed=5)
+    assert first.w_1 is again.w_1 and first.w_2 is again.w_2         # drawn once, shared
+    assert not first.w_1.flags.writeable and not first.w_2.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        first.w_2[0, 0] = 1.0
+    rng = np.random.default_rng(5 + 200)                             # the documented draw, in its order
+    np.testing.assert_array_equal(first.w_1, rng.normal(0, 1 / np.sqrt(64), (64, 256)))
+    np.testing.assert_array_equal(first.w_2, rng.normal(0, 1 / np.sqrt(256), (256, 64)))
+    assert attention.EncoderBlock(64, 4, d_ff=128, seed=5).w_1.shape == (64, 128)  # the key has d_ff
+
+
+def test_integer_inputs_are_normalised_and_fed_forward_as_float64():
+    """In an integer dtype eps would be 0 (a constant row: 0/0) and the weights would round to 0."""
+    ints = np.array([[1, 1, 1, 1], [1, 2, 3, 4]])
+    np.testing.assert_array_equal(attention.layer_norm(ints), attention.layer_norm(ints.astype(float)))
+    assert not attention.layer_norm(ints)[0].any()
+    block = attention.EncoderBlock(4, 2, seed=1)
+    np.testing.assert_array_equal(block.feed_forward(ints), block.feed_forward(ints.astype(float)))
+    assert block.feed_forward(ints).any()
+    with pytest.raises(attention.AttentionError, match="d_model=4"):
+        block.feed_forward(np.ones((2, 5)))
+
+
 def test_explicit_weights_are_copied_not_frozen(rng):
     w = {name: rng.normal(size=(2, 4, 2)) for name in ("w_q", "w_k", "w_v")}
     w_o = rng.normal(size=(4, 4))
