@@ -22,6 +22,17 @@ from marshmallow import fields as ma_fields
 from service.errors import LimitExceeded
 
 
+def _positive(variable: str, raw: str) -> int:
+    """The value of environment ``variable``, a positive integer, or a ValueError naming the variable."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{variable} must be a positive integer, got {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Limits:
     """Every limit a request is checked against before any compute."""
@@ -46,9 +57,7 @@ class Limits:
         for field in fields(cls):
             raw = environ.get(env_name(field.name))
             if raw is not None:
-                values[field.name] = int(raw)
-                if values[field.name] < 1:
-                    raise ValueError(f"{env_name(field.name)} must be a positive integer, got {raw!r}")
+                values[field.name] = _positive(env_name(field.name), raw)
         return cls(**values)
 
     def check(self, name: str, value: int, *, pointer: str | None = None, parameter: str | None = None) -> None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 import requests
 import yaml
 
@@ -214,3 +215,8 @@ class Nginx:
 
 def nginx_available() -> bool:
     return bool(shutil.which("nginx") or Path("/usr/sbin/nginx").exists())
+
+
+# Skipped, saying why, where nginx is not installed; in CI (CI set) a missing nginx is a failure, not a skip.
+needs_nginx = pytest.mark.skipif(not nginx_available() and not os.environ.get("CI"),
+                                 reason="nginx not installed (apt-get install -y nginx); CI installs it")

@@ -14,7 +14,7 @@ from http import HTTPStatus
 
 import pytest
 import requests
-from servers import Gunicorn, Nginx, nginx_available
+from servers import Gunicorn, Nginx, needs_nginx
 
 from service.limits import Limits
 
@@ -269,7 +269,7 @@ def test_what_gunicorns_parser_refuses_is_a_problem_with_a_request_id(server, re
     assert problem["title"] == HTTPStatus(status).phrase and lines[0] == f"HTTP/1.1 {status} {problem['title']}"
 
 
-@pytest.mark.skipif(not nginx_available(), reason="nginx not installed")
+@needs_nginx
 def test_slow_clients_through_nginx_never_hold_a_worker(server):
     """More slowloris connections than workers, trickling for ~3 s: nginx buffers them, and normal
     requests through the same nginx are answered meanwhile."""

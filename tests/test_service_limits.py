@@ -25,9 +25,10 @@ def test_limits_come_from_the_environment(monkeypatch):
     monkeypatch.setenv(env_name("max_body_bytes"), "4096")
     served = create_app({"TESTING": True}).test_client().get("/v1/limits").get_json()
     assert served["max_heads"] == 3 and served["max_body_bytes"] == 4096
-    monkeypatch.setenv("ATTENTION_MAX_LAYERS", "0")
-    with pytest.raises(ValueError, match="ATTENTION_MAX_LAYERS"):
-        Limits.from_env()
+    for bad in ("0", "-3", "abc", "1.5", ""):  # each refused by the variable's name, not a bare int() error
+        monkeypatch.setenv("ATTENTION_MAX_LAYERS", bad)
+        with pytest.raises(ValueError, match=f"ATTENTION_MAX_LAYERS must be a positive integer, got '{bad}'"):
+            Limits.from_env()
 
 
 def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> dict:

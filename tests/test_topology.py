@@ -29,14 +29,12 @@ from servers import (
     compose_api_command,
     compose_api_environment,
     interpolate,
-    nginx_available,
+    needs_nginx,
     render_nginx_conf,
 )
 
 from service.limits import Limits
 
-needs_nginx = pytest.mark.skipif(not nginx_available() and not os.environ.get("CI"),
-                                 reason="nginx not installed (apt-get install -y nginx); CI installs it")
 MHA = "/v1/multi-head-attention"
 
 
@@ -96,6 +94,8 @@ def test_nginx_limits_agree_with_the_service():
     assert grace > int(env["GUNICORN_GRACEFUL_TIMEOUT"])
     assert set(nginx_directive("proxy_next_upstream").split()) == {
         "error", "timeout", "http_502", "http_503", "http_504", "non_idempotent"}
+    # a request that ran until gunicorn killed its worker is not replayed on another replica
+    assert seconds(nginx_directive("proxy_next_upstream_timeout")) < int(env["GUNICORN_TIMEOUT"])
     assert nginx_directive("proxy_request_buffering") == "on"  # slow uploads never hold a sync worker
 
 
