@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_real_array, in_working_dtype, positive_int, seed_int
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
-from .functional import AttentionTrace
+from .functional import Attended, AttentionTrace
 from .layers import CastCache, MultiHeadAttention, _input
 
 LAYER_NORM_EPS = 1e-5        # PyTorch's default: keeps a constant row from dividing by zero
@@ -26,7 +27,7 @@ FEED_FORWARD_SEED_OFFSET = 200
 LAYER_SEED_STRIDE = 1000     # layer i of an Encoder is EncoderBlock(seed = seed + 1000 * i)
 
 
-def layer_norm(x, eps: float = LAYER_NORM_EPS) -> np.ndarray:
+def layer_norm(x: ArrayLike, eps: float = LAYER_NORM_EPS) -> np.ndarray:
     """Normalise each row (last axis) of x (..., d) to mean 0 and variance 1: unit scale, zero shift.
 
     Integers are normalised as float64 (in their own dtype, eps would be 0 and a constant row 0/0).
@@ -92,7 +93,7 @@ class EncoderBlock:
         weights = _seeded_feed_forward(self.d_model, self.d_ff, seed_int(seed))
         self.w_1, self.w_2, self._cast = weights.w_1, weights.w_2, weights.cast
 
-    def feed_forward(self, x) -> np.ndarray:
+    def feed_forward(self, x: ArrayLike) -> np.ndarray:
         """Position-wise: each token of x (..., n, d_model) alone goes through ReLU(x W_1) W_2 -> (..., n, d_model).
 
         Integers are taken as float64 (cast to an integer dtype, the weights would round to 0)."""
@@ -105,12 +106,13 @@ class EncoderBlock:
         np.maximum(hidden, 0, out=hidden)                 # ReLU
         return hidden @ w["w_2"]                          # (..., n, d_model)
 
-    def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
+    def __call__(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False,
+                 return_weights: bool = True) -> Attended:
         """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None)."""
         attended, weights = self.attention(X, mask, causal=causal, return_weights=return_weights)
         return self._after_attention(X, attended)[-1], weights
 
-    def trace(self, X, mask=None, *, causal: bool = False) -> EncoderLayerTrace:
+    def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> EncoderLayerTrace:
         """Every stage of the block for X (..., n, d_model): attention (per head), both add & norms, FFN."""
         stages = self.attention.trace(X, mask, causal=causal)
         first, feed_forward, output = self._after_attention(X, stages.output)
@@ -151,7 +153,8 @@ class Encoder:
             for i in range(positive_int(n_layers, "n_layers"))
         ]
 
-    def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
+    def __call__(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False,
+                 return_weights: bool = True) -> tuple[np.ndarray, list[np.ndarray | None]]:
         """X (..., n, d_model) -> (output (..., n, d_model), [weights (..., h, n, n) per layer])."""
         x, per_layer = X, []
         for block in self.blocks:                          # layers are sequential by nature
@@ -159,7 +162,7 @@ class Encoder:
             per_layer.append(weights)
         return x, per_layer
 
-    def trace(self, X, mask=None, *, causal: bool = False) -> list[EncoderLayerTrace]:
+    def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> list[EncoderLayerTrace]:
         """Every stage of every layer, in order; the last layer's ``output`` is the encoder's."""
         x, layers = X, []
         for block in self.blocks:

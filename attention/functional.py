@@ -27,9 +27,12 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import all_finite, as_bool_mask, as_real_array, in_working_dtype, to_working, working_dtype
 from .errors import AttentionError
+
+Attended = tuple[np.ndarray, np.ndarray | None]  # (output, weights or None)
 
 # Bytes in one score tile. Small enough to stay in cache between the score matmul, the softmax
 # passes and weights @ V; large enough that BLAS gets matmuls worth splitting over its threads
@@ -44,7 +47,7 @@ _LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float32, np.float64
 # ---------------------------------------------------------------------------
 # softmax
 # ---------------------------------------------------------------------------
-def softmax(x, axis: int = -1) -> np.ndarray:
+def softmax(x: ArrayLike, axis: int = -1) -> np.ndarray:
     """Turn scores into probabilities along ``axis`` (each slice sums to 1).
 
     Subtracting the maximum first changes nothing mathematically (it cancels in the
@@ -266,8 +269,8 @@ def _flatten(a: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
     return a.reshape(-1, *a.shape[-2:])                 # copies only what cannot be viewed so
 
 
-def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_weights: bool = True,
-           q_is_scratch: bool = False):
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, *, scale: float,
+           causal: bool = False, return_weights: bool = True, q_is_scratch: bool = False) -> Attended:
     """softmax(q k^T * scale) v on already-checked arrays whose batch axes broadcast (see
     ``scaled_dot_product_attention``); the output is checked for overflow ("value").
 
@@ -295,9 +298,9 @@ def attend(q, k, v, mask=None, *, scale: float, causal: bool = False, return_wei
 # public API
 # ---------------------------------------------------------------------------
 def scaled_dot_product_attention(
-    Q, K, V, mask=None, verbose: bool = False, *, scale: float | None = None,
-    causal: bool = False, return_weights: bool = True,
-):
+    Q: ArrayLike, K: ArrayLike, V: ArrayLike, mask: ArrayLike | None = None, verbose: bool = False, *,
+    scale: float | None = None, causal: bool = False, return_weights: bool = True,
+) -> Attended:
     """softmax(Q K^T * scale) V, with scale = 1/sqrt(d_k) unless given.
 
     Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v); leading axes broadcast.
@@ -348,7 +351,8 @@ class AttentionTrace:
         return {**extra, **stages}
 
 
-def trace_attention(Q, K, V, mask=None, *, scale: float | None = None, causal: bool = False) -> AttentionTrace:
+def trace_attention(Q: ArrayLike, K: ArrayLike, V: ArrayLike, mask: ArrayLike | None = None, *,
+                    scale: float | None = None, causal: bool = False) -> AttentionTrace:
     """The same computation as ``scaled_dot_product_attention``, keeping every intermediate."""
     q, k, v, mask, scale = _prepare(Q, K, V, mask, scale)
     n_q, n_k = q.shape[-2], k.shape[-2]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import (
     FLOAT64,
@@ -29,6 +30,7 @@ from ._checks import (
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import (
+    Attended,
     AttentionTrace,
     GroupMask,
     attend,
@@ -66,7 +68,7 @@ def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndar
     return array
 
 
-def _input(X, name: str, d_model: int) -> np.ndarray:
+def _input(X: ArrayLike, name: str, d_model: int) -> np.ndarray:
     """The layer input (..., n, d_model) in the working dtype."""
     x = as_real_array(X, name, 2)
     if x.shape[-1] != d_model:
@@ -93,7 +95,8 @@ class SelfAttention:
     script; pass ``w_q``, ``w_k``, ``w_v`` to use explicit weights instead.
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None, seed: int = 0, *, w_q=None, w_k=None, w_v=None):
+    def __init__(self, d_model: int, d_k: int | None = None, seed: int = 0, *, w_q: ArrayLike | None = None,
+                 w_k: ArrayLike | None = None, w_v: ArrayLike | None = None) -> None:
         self.d_model = positive_int(d_model, "d_model")
         self.d_k = self.d_model if d_k is None else positive_int(d_k, "d_k")
         missing = (w_q is None) + (w_k is None) + (w_v is None)
@@ -114,7 +117,8 @@ class SelfAttention:
         with np.errstate(over="ignore", invalid="ignore"):        # an overflow surfaces as a clear error later
             return x @ w["w_q"], x @ w["w_k"], x @ w["w_v"]      # each (..., n, d_k)
 
-    def __call__(self, X, mask=None, verbose: bool = False, *, causal: bool = False, return_weights: bool = True):
+    def __call__(self, X: ArrayLike, mask: ArrayLike | None = None, verbose: bool = False, *, causal: bool = False,
+                 return_weights: bool = True) -> Attended:
         """X (..., n, d_model) -> (output (..., n, d_k), weights (..., n, n) or None)."""
         q, k, v = self._project(X)
         if verbose:
@@ -124,7 +128,7 @@ class SelfAttention:
         return attend(q, k, v, mask, scale=default_scale(self.d_k), causal=causal, return_weights=return_weights,
                       q_is_scratch=True)
 
-    def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
+    def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""
         q, k, v = self._project(X)
         stages = trace_attention(q, k, v, mask, causal=causal)
@@ -178,7 +182,8 @@ class MultiHeadAttention:
     ``w_k``, ``w_v`` (h, d_model, d_k) and ``w_o`` (d_model, d_model).
     """
 
-    def __init__(self, d_model: int, n_heads: int, seed: int = 0, *, w_q=None, w_k=None, w_v=None, w_o=None):
+    def __init__(self, d_model: int, n_heads: int, seed: int = 0, *, w_q: ArrayLike | None = None,
+                 w_k: ArrayLike | None = None, w_v: ArrayLike | None = None, w_o: ArrayLike | None = None) -> None:
         self.d_model = positive_int(d_model, "d_model")
         self.n_heads = positive_int(n_heads, "n_heads")
         if self.d_model % self.n_heads:
@@ -241,7 +246,8 @@ class MultiHeadAttention:
         require_finite(mixed, "X")                                   # also catches heads that overflowed
         return mixed
 
-    def __call__(self, X, mask=None, *, causal: bool = False, return_weights: bool = True):
+    def __call__(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False,
+                 return_weights: bool = True) -> Attended:
         """X (..., n, d_model) -> (output (..., n, d_model), weights (..., h, n, n) or None).
 
         ``mask``: boolean, broadcastable to (..., n, n) (shared by every head) or, with one
@@ -278,7 +284,7 @@ class MultiHeadAttention:
                             None if weights is None else weights[heads], out=concatenated[chunk])
         return self._mix(concatenated)
 
-    def trace(self, X, mask=None, *, causal: bool = False) -> AttentionTrace:
+    def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""
         q, k, v = self._project(X)
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)

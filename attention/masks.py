@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_real_array, positive_int
 from .errors import AttentionError
@@ -18,7 +19,7 @@ def causal_mask(n: int) -> np.ndarray:
     return np.tri(n, dtype=bool)
 
 
-def padding_mask(lengths, n: int) -> np.ndarray:
+def padding_mask(lengths: ArrayLike, n: int) -> np.ndarray:
     """(B, 1, n) mask hiding padded keys: key j is visible in item b iff j < lengths[b].
 
     The middle axis of 1 broadcasts over the queries, so it can be passed wherever a
