@@ -13,13 +13,14 @@ import yaml
 from flask import Blueprint, Flask, Response, current_app
 
 from service.jsonio import dumps
+from service.security import document_auth
 
 DESCRIPTION = """\
 The forward pass of "Attention Is All You Need" in numpy, over HTTP. Tensors are nested JSON
 arrays (row-major); masks are booleans, true = may attend. Every error is RFC 9457
 application/problem+json, but on /v2 (the protocol's {"error": ...}). Limits: GET /v1/limits."""
 TOP_LEVEL_ORDER = ("openapi", "info", "tags", "paths", "components")
-OPERATION_ORDER = ("summary", "description", "tags", "parameters", "requestBody", "responses")
+OPERATION_ORDER = ("summary", "description", "tags", "security", "parameters", "requestBody", "responses")
 
 blp = Blueprint("openapi", __name__)
 
@@ -70,6 +71,7 @@ def spec_dict(app: Flask) -> dict[str, Any]:
     """The spec as plain JSON values: string keys only (status codes too), readable key order."""
     spec = orjson.loads(dumps(app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()))
     spec["info"]["description"] = DESCRIPTION
+    document_auth(spec)
     return _readable(spec)
 
 

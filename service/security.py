@@ -23,11 +23,18 @@ from service.jsonio import dumps
 CHALLENGE = 'Bearer realm="attention-service"'
 OPEN_PREFIXES = ("/v2/health/",)
 ALLOW_HEADERS = "Authorization, Content-Type, X-Request-Id, Inference-Header-Content-Length"
-# Documented in the spec: auth is optional (off by default), so "no credentials" is one alternative.
 SPEC_OPTIONS = {"components": {"securitySchemes": {"bearerAuth": {
     "type": "http", "scheme": "bearer",
-    "description": "Only when the server sets API_KEYS: `Authorization: Bearer <key>` on /v1 and /v2."}}},
-    "security": [{}, {"bearerAuth": []}]}
+    "description": "Only when the server sets API_KEYS: `Authorization: Bearer <key>` on /v1 and /v2."}}}}
+# A protected operation's requirement: auth is optional (off by default), so "no credentials" is one alternative.
+OPTIONAL_KEY = [{}, {"bearerAuth": []}]
+REFUSED = "Only when the server sets API_KEYS: no valid `Authorization: Bearer <key>` (see WWW-Authenticate)."
+UNAUTHORIZED_RESPONSES = {  # by the error shape of each API: problem+json on /v1, the protocol's on /v2
+    "Unauthorized": {"description": REFUSED, "content": {
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}},
+    "ProtocolUnauthorized": {"description": REFUSED, "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/ProtocolError"}}}},
+}
 
 
 class Unauthorized(ProblemError):
@@ -49,6 +56,21 @@ def is_protected(path: str) -> bool:
     """Under /v1 or /v2, except the open health probes."""
     under = path.startswith(("/v1/", "/v2/")) or path in ("/v1", "/v2")
     return under and not path.startswith(OPEN_PREFIXES)
+
+
+def document_auth(spec: dict[str, Any]) -> None:
+    """In an OpenAPI document (plain JSON values): every protected operation takes the optional bearer key
+    and may answer 401; the open ones (health probes) require nothing."""
+    spec["components"].setdefault("responses", {}).update(UNAUTHORIZED_RESPONSES)
+    for path, item in spec["paths"].items():
+        if not is_protected(path):
+            continue
+        refused = {"$ref": "#/components/responses/" + ("Unauthorized" if path.startswith("/v1") else
+                                                         "ProtocolUnauthorized")}
+        for operation in item.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                operation["security"] = OPTIONAL_KEY
+                operation["responses"]["401"] = refused
 
 
 def key_matches(authorization: str | None, keys: tuple[bytes, ...]) -> bool:

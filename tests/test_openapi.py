@@ -12,9 +12,11 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from service import create_app
 from service.api import examples
 from service.api.heatmap import EXAMPLE as HEATMAP_EXAMPLE
 from service.openapi import spec_yaml
+from service.security import is_protected
 
 SPEC_FILE = Path(__file__).resolve().parents[1] / "openapi.yaml"
 SPEC = yaml.safe_load(SPEC_FILE.read_text())
@@ -136,3 +138,31 @@ def test_traces_with_masked_cells_match_their_schema(client, path, body):
     _, media = response_schema(path, "post", "200")
     validator(media["schema"]).validate(response.get_json())
     assert "null" in response.get_data(as_text=True)              # the masked cells really are null
+
+
+EVERY_OPERATION = [(path, method) for path, item in SPEC["paths"].items()
+                   for method in item if method in ("get", "post")]
+
+
+@pytest.mark.parametrize(("path", "method"), EVERY_OPERATION, ids=[f"{m} {p}" for p, m in EVERY_OPERATION])
+def test_the_optional_key_and_its_401_are_documented_where_they_apply(path, method):
+    operation = SPEC["paths"][path][method]
+    if is_protected(path):
+        assert operation["security"] == [{}, {"bearerAuth": []}] and "401" in operation["responses"]
+    else:  # the health probes stay open whatever API_KEYS says
+        assert "security" not in operation and "401" not in operation["responses"]
+    assert "security" not in SPEC  # no document-wide requirement: it would cover the open probes too
+
+
+def test_real_401s_match_the_documented_answers():
+    locked = create_app({"TESTING": True, "API_KEYS": "k"}).test_client()
+    protected = [(path, method) for path, method in EVERY_OPERATION if is_protected(path)]
+    assert len(protected) >= 18  # every /v1 and /v2 operation but the two health probes
+    for path, method in protected:
+        url = path.replace("{name}", "multi-head").replace("{model}", "multi_head_attention")
+        response = locked.post(url, json={}) if method == "post" else locked.get(url)
+        assert response.status_code == 401, url
+        content_type, media = response_schema(path, method, "401")
+        assert response.mimetype == content_type == ("application/problem+json" if url.startswith("/v1")
+                                                     else "application/json")
+        validator(media["schema"]).validate(response.get_json())
