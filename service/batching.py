@@ -198,7 +198,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
     """
     per_item = limits.max_sequence_length * limits.max_d_model
     trace = params.get("trace", False)
-    traced = macs = 0
+    macs = 0
     if op == "positional-encoding":
         return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
     if op == "attention":
@@ -216,12 +216,12 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         per_sentence = shape.heads * n * n * shape.layers
         batch = min(batch, max(1, limits.max_weight_elements // per_sentence))
         weights = batch * per_sentence
-        output = min(batch * n * shape.d_out, limits.max_output_elements)
+        # the output and the traced arrays along the positions, bounded together as compute bounds them
+        output = min(batch * n * (shape.d_out + (shape.traced if trace else 0)), limits.max_output_elements)
         macs = batch * n * shape.macs // MACS_PER_UNIT
-        traced = batch * n * shape.traced if trace else 0
     weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
-    returned = (weights if trace or params.get("return_weights", True) else 0) + output + traced
-    return weights + output + macs + traced + RETURNED_EXTRA * returned
+    returned = (weights if trace or params.get("return_weights", True) else 0) + output
+    return weights + output + macs + RETURNED_EXTRA * returned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,14 +250,16 @@ def _layer_shape(op: str, params: Params, d_model: int, limits: Limits) -> _Laye
     d = min(d_model, limits.max_d_model)
     if op == "self-attention":
         d_k = min(compute.width_of_self_attention(params) or d, limits.max_d_model)
-        return _LayerShape(d_k, 1, 1, traced=3 * d_k, macs=3 * d * d_k, drawn=3 * d * d_k)  # Q, K, V
+        return _LayerShape(d_k, 1, 1, traced=compute.LAYER_TRACE_ARRAYS * d_k, macs=3 * d * d_k,
+                           drawn=3 * d * d_k)  # Q, K, V
     heads = min(params["n_heads"], limits.max_heads)
     if op == "multi-head-attention":
-        return _LayerShape(d, heads, 1, traced=3 * d, macs=4 * d * d, drawn=4 * d * d)  # Q, K, V, then W_o
+        return _LayerShape(d, heads, 1, traced=compute.LAYER_TRACE_ARRAYS * d, macs=4 * d * d,
+                           drawn=4 * d * d)  # Q, K, V, then W_o
     layers, d_ff = min(params["n_layers"], limits.max_layers), min(params.get("d_ff", 4 * d), limits.max_d_ff)
     per_layer = 4 * d * d + 2 * d * d_ff  # and W_1, W_2
-    # A layer's trace: q, k, v, the heads mixed by W_o, add & norm, feed-forward, the layer's output.
-    return _LayerShape(d, heads, layers, traced=7 * d * layers, macs=layers * per_layer, drawn=layers * per_layer)
+    return _LayerShape(d, heads, layers, traced=compute.ENCODER_TRACE_ARRAYS * d * layers, macs=layers * per_layer,
+                       drawn=layers * per_layer)
 
 
 def seeded_draws(items: list[tuple[str, Params]], limits: Limits) -> int:

@@ -117,6 +117,8 @@ def sentence(params: Params, limits: Limits) -> np.ndarray:
 
 
 TRACE_STAGES = 4  # a trace returns scores, scaled scores, masked scores and weights: four n*n arrays
+LAYER_TRACE_ARRAYS = 3  # and a layer's trace q, k, v along the positions
+ENCODER_TRACE_ARRAYS = 7  # an encoder layer's: q, k, v, the heads mixed by W_o, add & norm, feed-forward, output
 
 
 def _check_elements(params: Params, elements: int, limits: Limits, where: str) -> None:
@@ -144,14 +146,17 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
     _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
 
 
-def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, width_name: str) -> None:
-    """B * n * width numbers of one array computed along the positions of X (B?, n, d_model): self-attention's
-    Q, K, V and output (width d_k), the encoder's feed-forward layer (d_ff), against max_output_elements.
-    Their width is a parameter, not the input's: without this, embeddings of 2^20 one-number positions
-    and d_k = 512 passed every limit and asked for 4 GiB per array. ``width_name`` is blamed if the request
-    gives it, else the input."""
+def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, width_name: str | None = None,
+                     arrays: int = 1) -> None:
+    """``arrays`` * B * n * width numbers computed along the positions of X (B?, n, d_model) against
+    max_output_elements: what a layer returns (its output, and with trace q, k, v and the encoder's other stages)
+    and the encoder's feed-forward layer (width d_ff), computed but not returned. The input's own size says
+    little: without this, embeddings of 2^20 one-number positions and d_k = 512 passed every limit and asked for
+    4 GiB per array, and a 0.8 MB body of 6-layer encoder trace answered 327 MB of JSON (42 arrays of the
+    input's size, each number written in ~20 bytes, not 2). ``width_name`` is blamed if the request gives it,
+    else the input."""
     where = width_name if width_name in params else "tokens" if "tokens" in params else "embeddings"
-    limits.check("max_output_elements", batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
+    limits.check("max_output_elements", arrays * batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
 
 
 class _BlameInput:
@@ -201,7 +206,7 @@ def compute_self_attention(params: Params, limits: Limits) -> Result:
     d_k = width_of_self_attention(params)
     limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
     _check_weights(x, params, 1, limits)
-    _check_positions(x, d_k or x.shape[-1], params, limits, "d_k")
+    _check_positions(x, d_k or x.shape[-1], params, limits, "d_k", 1 + LAYER_TRACE_ARRAYS * params["trace"])
     layer = engine.SelfAttention(x.shape[-1], d_k, params["seed"], **weights)
     return _run_layer(layer, x, params)
 
@@ -210,6 +215,7 @@ def compute_multi_head(params: Params, limits: Limits) -> Result:
     """h heads: X (B?, n, d_model) -> output (B?, n, d_model), weights (B?, h, n, n), trace per head."""
     x = sentence(params, limits)
     _check_weights(x, params, params["n_heads"], limits, per_head_mask=True)
+    _check_positions(x, x.shape[-1], params, limits, arrays=1 + LAYER_TRACE_ARRAYS * params["trace"])
     layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **_weights(params))
     return _run_layer(layer, x, params)
 
@@ -222,6 +228,8 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     limits.check("max_d_ff", d_ff, pointer=pointer("d_ff"))
     _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
     _check_positions(x, d_ff, params, limits, "d_ff")
+    traced = ENCODER_TRACE_ARRAYS * params["n_layers"] * params["trace"]  # every layer's stages
+    _check_positions(x, x.shape[-1], params, limits, arrays=1 + traced)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
     with _BlameInput(params):

@@ -91,11 +91,12 @@ DESCRIPTIONS = {
     "max_layers": "Encoder layers.",
     "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; times 4 "
                            "with trace, which returns four n * n stages).",
-    "max_output_elements": "Numbers in one array computed along the positions, whose width is not the "
-                           "input's: the output of scaled dot-product attention B * n_q * d_v (a batch of queries "
-                           "over one shared key and value asks for far more than its body holds), self-attention's "
-                           "Q, K, V and output B * n * d_k, the encoder's feed-forward layer B * n * d_ff. (The "
-                           "other arrays are no wider than the input.)",
+    "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
+                           "the output of scaled dot-product attention B * n_q * d_v (a batch of queries over one "
+                           "shared key and value asks for far more than its body holds), of self-attention "
+                           "B * n * d_k, of multi-head attention and the encoder B * n * d_model; with trace also "
+                           "q, k, v (4 arrays in all; the encoder 1 + 7 per layer); and the encoder's feed-forward "
+                           "layer B * n * d_ff.",
     "max_json_depth": "Nesting depth of the JSON body.",
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",

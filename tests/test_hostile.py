@@ -111,6 +111,22 @@ def test_a_million_finite_numbers_past_the_sequence_limit_is_422(server):
     assert body["limit"]["name"] == "max_sequence_length"
 
 
+def rows_of_ones(rows: int) -> bytes:
+    """Embeddings (rows, 1, 500) of ones: 1 KB a row."""
+    return ("[" + ",".join(["[[" + ",".join(["1"] * 500) + "]]"] * rows) + "]").encode()
+
+
+@pytest.mark.parametrize(("path", "rows", "options"), [
+    ("/v1/encoder", 800, b'"n_heads": 1, "n_layers": 6, "d_ff": 1, "trace": true'),  # was 327 MB of JSON, +420 MB RSS
+    ("/v1/multi-head-attention", 5000, b'"n_heads": 1'),  # was 47 MB
+])
+def test_a_small_body_asking_for_a_huge_answer_is_422(server, path, rows, options):
+    """Each number of the input is written as ~20 bytes in the answer, and a trace returns several arrays of
+    the input's size per layer: the answer is bounded by max_output_elements, not by the body."""
+    body = b'{"embeddings": ' + rows_of_ones(rows) + b", " + options + b"}"
+    assert assert_refused(post(server, path, body), 422)["limit"]["name"] == "max_output_elements"
+
+
 V2_INFER = "/v2/models/scaled_dot_product_attention/infer"
 ONE_INPUT = b'{"name": "query", "shape": [1, 1], "datatype": "FP64", "data": [1.0]}'
 

@@ -71,6 +71,18 @@ def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> di
      {"tokens": ["cat", "it"], "n_heads": 1, "d_ff": 41}, "max_output_elements", "/d_ff"),
     ({"max_output_elements": 3 * 4 * 8}, "/v1/encoder", {"embeddings": np.ones((3, 8)).tolist(), "n_heads": 1},
      {"embeddings": np.ones((4, 8)).tolist(), "n_heads": 1}, "max_output_elements", "/embeddings"),
+    # what a layer returns along the positions: its output, and with trace q, k, v (and an encoder's stages)
+    ({"max_output_elements": 2 * 3 * 8}, "/v1/multi-head-attention", {"embeddings": np.ones((2, 3, 8)).tolist(),
+     "n_heads": 2}, {"embeddings": np.ones((2, 4, 8)).tolist(), "n_heads": 2}, "max_output_elements", "/embeddings"),
+    ({"max_output_elements": 4 * 2 * 3 * 8}, "/v1/multi-head-attention", {"embeddings": np.ones((2, 3, 8)).tolist(),
+     "n_heads": 2, "trace": True}, {"embeddings": np.ones((2, 4, 8)).tolist(), "n_heads": 2, "trace": True},
+     "max_output_elements", "/embeddings"),
+    ({"max_output_elements": 4 * 2 * 3 * 8}, "/v1/self-attention", {"embeddings": np.ones((2, 3, 1)).tolist(),
+     "d_k": 8, "trace": True}, {"embeddings": np.ones((2, 3, 1)).tolist(), "d_k": 9, "trace": True},
+     "max_output_elements", "/d_k"),
+    ({"max_output_elements": (1 + 7 * 2) * 3 * 8}, "/v1/encoder", {"embeddings": np.ones((3, 8)).tolist(),
+     "n_heads": 1, "n_layers": 2, "trace": True}, {"embeddings": np.ones((4, 8)).tolist(), "n_heads": 1,
+     "n_layers": 2, "trace": True}, "max_output_elements", "/embeddings"),
 ])
 def test_limits_at_and_just_past_the_boundary(limits, path, at, past, name, pointer):
     client = client_with(**limits)
