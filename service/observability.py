@@ -38,6 +38,8 @@ ENVIRON_KEY = "HTTP_" + HEADER.upper().replace("-", "_")  # where WSGI puts that
 REQUEST_ID = "attention.request_id"  # where the middleware leaves the id for the app (problem bodies, logs)
 SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})  # anything else: "other"
+# The largest request size logged: orjson writes integers of 64 bits, and a client may claim any Content-Length.
+MAX_LOGGED_BYTES = 2**63 - 1
 
 
 def request_id() -> str | None:
@@ -109,7 +111,7 @@ class RequestObserver:
         route = rule.rule if rule is not None else metrics.UNMATCHED
         method = environ.get("REQUEST_METHOD", "GET").upper()  # as werkzeug's request.method
         method = method if method in METHODS else "other"
-        sent = get_content_length(environ) or 0
+        sent = min(get_content_length(environ) or 0, MAX_LOGGED_BYTES)
         size = 0
         for name, value in headers:  # a loop, not next(<generator>): on every request
             if name == "Content-Length":

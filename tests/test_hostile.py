@@ -185,6 +185,16 @@ def test_huge_integers_and_numbers_are_refused(server, number):
     assert_refused(post(server, "/v1/self-attention", b'{"tokens": ["the"], "seed": ' + number + b"}"), 422)
 
 
+def test_a_content_length_past_64_bits_gets_the_apps_own_answer():
+    """It was a 500 on every route: the log line's request size did not fit orjson's integers (the suite's
+    server writes no log lines, hence a server of its own)."""
+    with Gunicorn() as logging_server:
+        for method, path, status in (("GET", "/healthz", 200), ("POST", "/v1/embed", 413)):
+            response = requests.request(method, f"{logging_server.url}{path}", timeout=10,
+                                        headers={**JSON, "Content-Length": str(2**64)})
+            assert response.status_code == status, response.text[:300]
+
+
 @pytest.mark.parametrize("token", ["caf\u00e9", "\u0000", "\u202e", "\ud83d\ude00" * 50, "a\tb", "\u00ff" * 1000])
 def test_unicode_and_control_characters_in_tokens_are_named_unknown(server, token):
     response = requests.post(f"{server.url}/v1/embed", json={"tokens": ["the", token]}, timeout=10)

@@ -102,6 +102,15 @@ def test_one_json_line_per_request_with_route_status_duration_sizes_and_id(clien
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", first["time"])
 
 
+def test_a_content_length_past_64_bits_is_logged_at_most_2_63_not_a_500(client, capfd):
+    """orjson refused the integer: the app's answer became a 500 after it was ready, on every route."""
+    log_lines(capfd)  # earlier tests' lines
+    response = client.get("/healthz", environ_overrides={"CONTENT_LENGTH": str(2**64)})
+    assert response.status_code == 200
+    [line] = log_lines(capfd)
+    assert line["status"] == 200 and line["request_bytes"] == 2**63 - 1
+
+
 def test_request_lines_can_be_turned_off(monkeypatch, capfd):
     from service import create_app
 
