@@ -77,9 +77,12 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     # B * n_q * d_v: mostly the batch of queries (over one shared key and value) makes it large
     limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("query"))
     options = {"scale": params["scale"], "causal": params["causal"]}
-    return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
-                                                                            **options),
-                lambda: engine.trace_attention(q, k, v, mask, **options))
+    # The engine blames "query" for scores that overflowed: q . k * scale, any of the three may be too large.
+    culprits = ("query", "key") if params["scale"] is None else ("query", "key", "scale")
+    with _Blame(("query",), lambda: [pointer(name) for name in culprits]):
+        return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
+                                                                                **options),
+                    lambda: engine.trace_attention(q, k, v, mask, **options))
 
 
 def _tokens(tokens: list[str], d_model: int | None) -> np.ndarray:
@@ -159,31 +162,35 @@ def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, 
     limits.check("max_output_elements", arrays * batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
 
 
-class _BlameInput:
-    """Engine errors about a layer's input (X, or the Q, K, V projected from it, e.g. an overflow)
-    point at the request's ``embeddings`` or ``tokens``, and at its explicit ``weights`` if any.
+class _Blame:
+    """Engine errors about one of ``arguments`` (e.g. an overflow) point at every request member that may have
+    caused them: ``culprits()`` (JSON Pointers, built only then); other errors propagate unchanged.
     (A class, not @contextmanager: this wraps every engine call, and a generator costs more.)"""
 
-    def __init__(self, params: Params) -> None:
-        self.params = params
+    def __init__(self, arguments: tuple[str, ...], culprits: Callable[[], list[str]]) -> None:
+        self.arguments, self.culprits = arguments, culprits
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type | None, exc: BaseException | None, traceback: Any) -> None:
-        if not isinstance(exc, engine.AttentionError) or exc.argument not in ("X", "query", "key", "value"):
-            return  # no error, or not about the input: it propagates unchanged
-        params = self.params
-        culprits = [pointer("tokens" if "tokens" in params else "embeddings")]
-        if params.get("weights"):  # explicit weights are as likely to have made the numbers overflow
-            culprits.append(pointer("weights"))
-        errors = [{"pointer": where, "detail": exc.detail} for where in culprits]
-        raise ValidationProblem(exc.detail, errors=errors) from None
+        if isinstance(exc, engine.AttentionError) and exc.argument in self.arguments:
+            errors = [{"pointer": where, "detail": exc.detail} for where in self.culprits()]
+            raise ValidationProblem(exc.detail, errors=errors) from None
+
+
+def _blame_input(params: Params) -> _Blame:
+    """A layer's input (X, or the Q, K, V projected from it) is the request's ``embeddings`` or ``tokens``, and
+    its explicit ``weights`` if any (as likely to have made the numbers overflow)."""
+    def culprits() -> list[str]:
+        given = [pointer("tokens" if "tokens" in params else "embeddings")]
+        return [*given, pointer("weights")] if params.get("weights") else given
+    return _Blame(("X", "query", "key", "value"), culprits)
 
 
 def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params) -> Result:
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _BlameInput(params):
+    with _blame_input(params):
         return _run(params, lambda weights: layer(x, return_weights=weights, **options),
                     lambda: layer.trace(x, **options))
 
@@ -232,7 +239,7 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     _check_positions(x, x.shape[-1], params, limits, arrays=1 + traced)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _BlameInput(params):
+    with _blame_input(params):
         if params["trace"]:
             layers = encoder.trace(x, **options)
             return {"output": layers[-1].output, "layers": [

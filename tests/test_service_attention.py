@@ -220,6 +220,22 @@ def test_float32_overflow_points_at_the_number_that_does_not_fit(client, path, b
     assert_problem(client.post(path, json={**body, "dtype": "float32"}), 422, where)
 
 
+@pytest.mark.parametrize(("extra", "culprits"), [
+    ({"scale": 1e308}, ("/query", "/key", "/scale")),      # small q and k: only the scale made them overflow
+    ({"scale": 1e-300, "dtype": "float32"}, None),        # below float32's range it is 0: no overflow at all
+    ({}, ("/query", "/key")),
+])
+def test_attention_scores_that_overflow_point_at_query_key_and_a_given_scale(client, extra, culprits):
+    big = 1e200 if "scale" not in extra else 2.0
+    body = {"query": [[big, 2.0]], "key": [[big, 0.0]], "value": [[1.0]], **extra}
+    response = client.post("/v1/attention", json=body)
+    if culprits is None:
+        assert response.status_code == 200
+        return
+    problem = assert_problem(response, 422, *culprits)
+    assert problem["detail"] == "the attention scores overflowed: input values are too large"
+
+
 def test_an_overflow_with_explicit_weights_points_at_the_input_and_the_weights(client):
     body = {"tokens": ["cat", "it"], "d_model": 8, "n_heads": 4, "weights": _weights_of(1e308)}
     problem = assert_problem(client.post("/v1/multi-head-attention", json=body), 422, "/tokens", "/weights")
