@@ -29,6 +29,20 @@ def test_wrong_content_type_is_415(client, content_type):
     assert "application/json" in assert_problem(response, 415)["detail"]
 
 
+@pytest.mark.parametrize("charset", ["utf-16", "latin-1", "UTF-32LE"])
+def test_a_charset_other_than_utf8_is_415_naming_it(client, charset):
+    response = client.post("/v1/attention", data='{"query": [[1]]}'.encode(charset.removesuffix("LE")),
+                           content_type=f"application/json; charset={charset}")
+    assert f"charset={charset.lower()}" in assert_problem(response, 415)["detail"]
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "UTF-8", "utf8"])
+def test_a_utf8_charset_is_accepted(client, charset):
+    response = client.post("/v1/attention", data=b'{"query": [[1.0]], "key": [[1.0]], "value": [[3.0]]}',
+                           content_type=f"application/json; charset={charset}")
+    assert response.status_code == 200
+
+
 def test_json_suffix_content_type_is_accepted(client):
     response = client.post("/v1/attention", data=b'{"query": [[1.0]], "key": [[1.0]], "value": [[3.0]]}',
                            content_type="application/vnd.attention+json; charset=utf-8")
