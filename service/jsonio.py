@@ -141,30 +141,37 @@ def is_json(mimetype: str) -> bool:
     return mimetype == JSON or (mimetype.startswith("application/") and mimetype.endswith("+json"))
 
 
-def _check_json_type(request: Request) -> None:
-    """415 unless the body is JSON (application/json or application/*+json) in UTF-8, the only encoding JSON
-    has (RFC 8259): a body declared in another charset would otherwise be read as UTF-8 and called malformed."""
-    if not is_json(request.mimetype):
-        raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
+UTF8_READABLE = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})  # charsets whose JSON UTF-8 reads unchanged
+
+
+def declared_charset(request: Request) -> str | None:
+    """The body's declared charset (Content-Type parameter) when UTF-8 may not read it as sent, else None.
+
+    JSON is UTF-8 (RFC 8259) and a charset parameter has no effect on it, so a declared one is only named
+    when the body fails to parse: a UTF-16 body is then refused by its charset, not called malformed."""
+    if request.environ.get("CONTENT_TYPE") == JSON:
+        return None
     charset = request.mimetype_params.get("charset", "utf-8").lower()
-    if charset not in ("utf-8", "utf8"):
-        raise UnsupportedMediaType(f"Send the JSON body in UTF-8, not charset={charset[:40]}.")
+    return None if charset in UTF8_READABLE else charset[:40]
 
 
 def load_json_body(request: Request) -> Any:
     """Check content type, size and depth of the body, then parse it with orjson.
 
-    Raises 415 (not JSON, or a charset other than UTF-8), 413 (too large), 422 (too deep), 400 (malformed, or
-    shorter than its Content-Length).
+    Raises 415 (not JSON; or not UTF-8 JSON and declared in another charset), 413 (too large), 422 (too deep),
+    400 (malformed, or shorter than its Content-Length).
     """
-    if request.environ.get("CONTENT_TYPE") != JSON:  # the usual exact header needs no parsing
-        _check_json_type(request)
+    if request.environ.get("CONTENT_TYPE") != JSON and not is_json(request.mimetype):  # parse it only if need be
+        raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
     limits = current_limits()
     body = read_body(request, limits.max_body_bytes)
     check_depth(body, limits)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if charset := declared_charset(request):
+            raise UnsupportedMediaType(f"The body is not valid UTF-8 JSON and declares charset={charset}: "
+                                       "send JSON in UTF-8.") from None
         raise MalformedJSON(f"The body is not valid JSON: {exc}") from None
 
 

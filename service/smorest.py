@@ -30,7 +30,8 @@ ERROR_RESPONSES = {
     404: ("NotFound", "No such resource."),
     405: ("MethodNotAllowed", "The path exists but not with this method (see the Allow header)."),
     413: ("ContentTooLarge", "The body is larger than max_body_bytes (see GET /v1/limits)."),
-    415: ("UnsupportedMediaType", "The body is not application/json, not UTF-8 (charset), or compressed (Content-Encoding)."),
+    415: ("UnsupportedMediaType", "The body is not application/json, or it is compressed (Content-Encoding), or it "
+                                  "is not UTF-8 and declares another charset."),
     422: ("Invalid", "Invalid request: `errors` points at each problem; `limit` names an exceeded limit."),
     503: ("NotReady", "The engine failed its self-test."),
 }

@@ -29,15 +29,16 @@ def test_wrong_content_type_is_415(client, content_type):
     assert "application/json" in assert_problem(response, 415)["detail"]
 
 
-@pytest.mark.parametrize("charset", ["utf-16", "latin-1", "UTF-32LE"])
-def test_a_charset_other_than_utf8_is_415_naming_it(client, charset):
-    response = client.post("/v1/attention", data='{"query": [[1]]}'.encode(charset.removesuffix("LE")),
-                           content_type=f"application/json; charset={charset}")
+@pytest.mark.parametrize(("charset", "body"), [("utf-16", '{"tokens": ["cat"]}'), ("UTF-32LE", '{"tokens": ["cat"]}'),
+                                               ("latin-1", '{"tokens": ["caf\u00e9"]}')])
+def test_a_body_unreadable_as_utf8_names_the_charset_it_declares_415(client, charset, body):
+    response = client.post("/v1/embed", data=body.encode(charset), content_type=f"application/json; charset={charset}")
     assert f"charset={charset.lower()}" in assert_problem(response, 415)["detail"]
 
 
-@pytest.mark.parametrize("charset", ["utf-8", "UTF-8", "utf8"])
-def test_a_utf8_charset_is_accepted(client, charset):
+@pytest.mark.parametrize("charset", ["utf-8", "UTF-8", "utf8", "us-ascii", "ISO-8859-1", "utf-16"])
+def test_a_body_readable_as_utf8_is_accepted_whatever_charset_it_declares(client, charset):
+    """JSON is UTF-8 (RFC 8259): the parameter has no effect when the body reads, as ASCII does in them all."""
     response = client.post("/v1/attention", data=b'{"query": [[1.0]], "key": [[1.0]], "value": [[3.0]]}',
                            content_type=f"application/json; charset={charset}")
     assert response.status_code == 200

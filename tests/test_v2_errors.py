@@ -189,6 +189,13 @@ def test_binary_without_header_length_is_not_json(client):
     assert_still_healthy(client)
 
 
+def test_a_header_unreadable_as_utf8_names_the_charset_it_declares(client):
+    body = '{"inputs": []}'.encode("utf-16")
+    assert_error(send(client, SDPA, body, {"Content-Type": "application/json; charset=utf-16"}), 400,
+                 "declares charset=utf-16")
+    assert_still_healthy(client)
+
+
 @pytest.mark.parametrize("path", ["/v2/models/gpt", "/v2/models/gpt/ready", "/v2/models/gpt/infer"])
 def test_unknown_model_is_404(client, path):
     response = client.post(path, json={"inputs": QKV}) if path.endswith("infer") else client.get(path)

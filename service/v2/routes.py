@@ -23,7 +23,7 @@ from schemas.v2 import (
 )
 from service import metrics
 from service.health import engine_ready
-from service.jsonio import check_depth, dumps, read_body
+from service.jsonio import check_depth, declared_charset, dumps, read_body
 from service.limits import Limits, current_limits
 from service.smorest import Blueprint
 from service.v2 import errors
@@ -162,7 +162,7 @@ def model_infer(model: str) -> Response:
     current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again
     text, binary = parse_header(read_body(current, limits.max_body_bytes), current.headers.get(HEADER_LENGTH))
     check_depth(text, limits)
-    answer, chunks = infer(selected, load_json(text), binary, limits)
+    answer, chunks = infer(selected, load_json(text, declared_charset(current)), binary, limits)
     header = dumps(answer)
     if not chunks:
         return Response(header, mimetype="application/json")

@@ -140,9 +140,11 @@ def parse_header(body: bytes, header_length: str | None) -> tuple[bytes, memoryv
     return body[:split], memoryview(body)[split:]
 
 
-def load_json(text: bytes) -> Any:
-    """orjson parse (no NaN/Infinity), errors as protocol errors."""
+def load_json(text: bytes, charset: str | None = None) -> Any:
+    """orjson parse (no NaN/Infinity), errors as protocol errors; ``charset``: the one the request declared,
+    named in the error when it is not UTF-8 (see service.jsonio.declared_charset)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"The JSON inference header is not valid JSON: {exc}.") from None
+        declared = f" (the request declares charset={charset}: send the header in UTF-8)" if charset else ""
+        raise ProtocolError(f"The JSON inference header is not valid JSON: {exc}{declared}.") from None
