@@ -187,7 +187,7 @@ LAYER_OPS = ("self-attention", "multi-head-attention", "encoder")
 
 def cost(op: str, params: Params, limits: Limits) -> int:
     """An item's share of the batch budget ``max_batch_elements``: the numbers it computes (attention
-    weights B * h * n_q * n_k, times layers, times 4 with trace, plus its output, plus one per
+    weights B * h * n_q * n_k, times layers, times 5 with trace (4 without the weights), plus its output, plus one per
     ``MACS_PER_UNIT`` multiply-adds of its projections and feed-forward), and ``RETURNED_EXTRA`` more for
     each number it returns (the weights unless return_weights is false, every stage with trace, the
     output): the answer is what takes a worker's memory. (The seeded weights a batch draws are counted
@@ -219,7 +219,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         # the output and the traced arrays along the positions, bounded together as compute bounds them
         output = min(batch * n * (shape.d_out + (shape.traced if trace else 0)), limits.max_output_elements)
         macs = batch * n * shape.macs // MACS_PER_UNIT
-    weights = min(weights * (compute.TRACE_STAGES if trace else 1), limits.max_weight_elements)
+    weights = min(weights * compute.weight_arrays(params), limits.max_weight_elements)
     returned = (weights if trace or params.get("return_weights", True) else 0) + output
     return weights + output + macs + RETURNED_EXTRA * returned
 

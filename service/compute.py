@@ -73,16 +73,18 @@ def compute_attention(params: Params, limits: Limits) -> Result:
         limits.check("max_sequence_length", array.shape[-2], pointer=pointer(name))
         limits.check("max_d_model", array.shape[-1], pointer=pointer(name))
     batch = batch_size(q, k, v, mask if mask is not None and mask.ndim > 2 else None)
-    _check_elements(params, batch * q.shape[-2] * k.shape[-2], limits, pointer("query"))
+    elements = _check_elements(params, batch * q.shape[-2] * k.shape[-2], limits, pointer("query"))
     # B * n_q * d_v: mostly the batch of queries (over one shared key and value) makes it large
     limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("query"))
     options = {"scale": params["scale"], "causal": params["causal"]}
     # The engine blames "query" for scores that overflowed: q . k * scale, any of the three may be too large.
     culprits = ("query", "key") if params["scale"] is None else ("query", "key", "scale")
     with _Blame(("query",), lambda: [pointer(name) for name in culprits]):
-        return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
-                                                                                **options),
-                    lambda: engine.trace_attention(q, k, v, mask, **options))
+        result = _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask,
+                                                                                  return_weights=weights, **options),
+                      lambda: engine.trace_attention(q, k, v, mask, **options))
+    metrics.count_elements(elements)
+    return result
 
 
 def _tokens(tokens: list[str], d_model: int | None) -> np.ndarray:
@@ -124,18 +126,24 @@ LAYER_TRACE_ARRAYS = 3  # and a layer's trace q, k, v along the positions
 ENCODER_TRACE_ARRAYS = 7  # an encoder layer's: q, k, v, the heads mixed by W_o, add & norm, feed-forward, output
 
 
-def _check_elements(params: Params, elements: int, limits: Limits, where: str) -> None:
-    """A request's attention weights against the limits before any compute, then counted:
-    max_weight_elements (times TRACE_STAGES with trace), and max_heatmap_cells when the answer is their
-    picture (``format`` svg, set by the view)."""
-    limits.check("max_weight_elements", elements * (TRACE_STAGES if params["trace"] else 1), pointer=where)
+def weight_arrays(params: Params) -> int:
+    """How many n*n arrays of attention weights a request computes or returns: one, or with trace its
+    TRACE_STAGES and, unless return_weights is false, the weights once more beside the trace."""
+    return TRACE_STAGES + params.get("return_weights", True) if params.get("trace") else 1
+
+
+def _check_elements(params: Params, elements: int, limits: Limits, where: str) -> int:
+    """A request's attention weights against the limits before any compute: max_weight_elements (times
+    :func:`weight_arrays`), and max_heatmap_cells when the answer is their picture (``format`` svg, set by
+    the view). Returns ``elements``, to count once the engine has answered (metrics.count_elements)."""
+    limits.check("max_weight_elements", elements * weight_arrays(params), pointer=where)
     if params.get("format") == "svg":
         limits.check("max_heatmap_cells", elements, parameter="format")
-    metrics.count_elements(elements)
+    return elements
 
 
 def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, layers: int = 1, *,
-                   per_head_mask: bool = False) -> None:
+                   per_head_mask: bool = False) -> int:
     """B * h * n * n (* layers) attention weights of X (B?, n, d_model), see :func:`_check_elements`.
 
     ``per_head_mask``: a mask with one axis more than X is one mask per head (multi-head attention):
@@ -146,7 +154,7 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
     if mask is not None and per_head_mask and mask.ndim == x.ndim + 1:
         mask = mask[..., 0, :, :]                                   # drop the head axis (a view)
     batch = batch_size(x, mask if mask is not None and mask.ndim > 2 else None)
-    _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
+    return _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
 
 
 def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, width_name: str | None = None,
@@ -188,11 +196,15 @@ def _blame_input(params: Params) -> _Blame:
     return _Blame(("X", "query", "key", "value"), culprits)
 
 
-def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params) -> Result:
+def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params,
+               elements: int) -> Result:
+    """The layer's answer; its ``elements`` attention weights counted once it has answered."""
     options = {"mask": params["mask"], "causal": params["causal"]}
     with _blame_input(params):
-        return _run(params, lambda weights: layer(x, return_weights=weights, **options),
-                    lambda: layer.trace(x, **options))
+        result = _run(params, lambda weights: layer(x, return_weights=weights, **options),
+                      lambda: layer.trace(x, **options))
+    metrics.count_elements(elements)
+    return result
 
 
 def _weights(params: Params) -> dict[str, np.ndarray]:
@@ -212,19 +224,19 @@ def compute_self_attention(params: Params, limits: Limits) -> Result:
     weights = _weights(params)
     d_k = width_of_self_attention(params)
     limits.check("max_d_model", d_k or 0, pointer=pointer("d_k"))
-    _check_weights(x, params, 1, limits)
+    elements = _check_weights(x, params, 1, limits)
     _check_positions(x, d_k or x.shape[-1], params, limits, "d_k", 1 + LAYER_TRACE_ARRAYS * params["trace"])
     layer = engine.SelfAttention(x.shape[-1], d_k, params["seed"], **weights)
-    return _run_layer(layer, x, params)
+    return _run_layer(layer, x, params, elements)
 
 
 def compute_multi_head(params: Params, limits: Limits) -> Result:
     """h heads: X (B?, n, d_model) -> output (B?, n, d_model), weights (B?, h, n, n), trace per head."""
     x = sentence(params, limits)
-    _check_weights(x, params, params["n_heads"], limits, per_head_mask=True)
+    elements = _check_weights(x, params, params["n_heads"], limits, per_head_mask=True)
     _check_positions(x, x.shape[-1], params, limits, arrays=1 + LAYER_TRACE_ARRAYS * params["trace"])
     layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **_weights(params))
-    return _run_layer(layer, x, params)
+    return _run_layer(layer, x, params, elements)
 
 
 def compute_encoder(params: Params, limits: Limits) -> Result:
@@ -233,7 +245,7 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     limits.check("max_layers", params["n_layers"], pointer=pointer("n_layers"))
     d_ff = params.get("d_ff", 4 * x.shape[-1])
     limits.check("max_d_ff", d_ff, pointer=pointer("d_ff"))
-    _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
+    elements = _check_weights(x, params, params["n_heads"], limits, params["n_layers"], per_head_mask=True)
     _check_positions(x, d_ff, params, limits, "d_ff")
     traced = ENCODER_TRACE_ARRAYS * params["n_layers"] * params["trace"]  # every layer's stages
     _check_positions(x, x.shape[-1], params, limits, arrays=1 + traced)
@@ -242,11 +254,14 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     with _blame_input(params):
         if params["trace"]:
             layers = encoder.trace(x, **options)
-            return {"output": layers[-1].output, "layers": [
+            result = {"output": layers[-1].output, "layers": [
                 {"weights": t.attention.weights if params["return_weights"] else None, "trace": t.as_dict()}
                 for t in layers]}
-        output, weights = encoder(x, return_weights=params["return_weights"], **options)
-    return {"output": output, "layers": [{"weights": w} for w in weights]}
+        else:
+            output, weights = encoder(x, return_weights=params["return_weights"], **options)
+            result = {"output": output, "layers": [{"weights": w} for w in weights]}
+    metrics.count_elements(elements)
+    return result
 
 
 def compute_embed(params: Params, limits: Limits) -> Result:

@@ -89,8 +89,9 @@ DESCRIPTIONS = {
     "max_d_ff": "Encoder feed-forward width.",
     "max_heads": "Attention heads.",
     "max_layers": "Encoder layers.",
-    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; times 4 "
-                           "with trace, which returns four n * n stages).",
+    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; with "
+                           "trace times 5, the four n * n stages and the weights beside them, or 4 when "
+                           "return_weights is false).",
     "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
                            "the output of scaled dot-product attention B * n_q * d_v (a batch of queries over one "
                            "shared key and value asks for far more than its body holds), of self-attention "
@@ -101,7 +102,7 @@ DESCRIPTIONS = {
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",
     "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
-                          "B * h * n_q * n_k, times layers, times 4 with trace, plus outputs, plus one per 1024 "
+                          "B * h * n_q * n_k, times layers, times 5 with trace, plus outputs, plus one per 1024 "
                           "multiply-adds of projections and feed-forward) plus 3 for each number they return (every "
                           "trace array too: the answer takes the memory, ~8 M numbers at most), plus the random "
                           "weights of each distinct seeded layer (413 above it).",

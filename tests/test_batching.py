@@ -39,7 +39,9 @@ def test_a_failing_group_is_recomputed_one_by_one():
 @pytest.mark.parametrize(("op", "body", "expected"), [  # (computed + returned) + 3 * returned
     ("attention", {"query": np.ones((2, 3, 4)).tolist(), "key": np.ones((5, 4)).tolist(),
                    "value": np.ones((5, 6)).tolist()}, 4 * (2 * 3 * 5 + 2 * 3 * 6)),
-    ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "trace": True}, 4 * (4 * 1 + 1)),
+    ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "trace": True}, 4 * (5 * 1 + 1)),  # 4 stages
+    ("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], "trace": True, "return_weights": False},
+     4 * (4 * 1 + 1)),                                                                    # and the weights, or not
     ("self-attention", {"tokens": ["cat"] * 3, "d_k": 2}, 4 * (3 * 3 + 3 * 2)),
     ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}, 4 * (2 * 2 * 9 + 2 * 3 * 4)),
     ("multi-head-attention", {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2, "return_weights": False},
@@ -56,9 +58,9 @@ def test_a_failing_group_is_recomputed_one_by_one():
     ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 10**9, "n_layers": 10**9},  # max_heads, max_layers
      4 * (16 * 4 * 6 + 2 * 8) + 2 * 6 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
     ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 1, "n_layers": 2, "trace": True},  # 7 arrays a layer
-     (1 + 3) * (4 * 2 * 4 + 2 * 8 + 2 * 7 * 8 * 2) + 2 * 2 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
+     (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 7 * 8 * 2) + 2 * 2 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
     ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 2, "trace": True},  # q, k, v
-     (1 + 3) * (4 * 2 * 4 + 2 * 8 + 2 * 3 * 8) + 2 * 4 * 8 * 8 // 1024),
+     (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 3 * 8) + 2 * 4 * 8 * 8 // 1024),
 ])
 def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, body, expected):
     assert batching.cost(*load(op, body), Limits()) == expected

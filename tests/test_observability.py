@@ -14,7 +14,8 @@ import pytest
 from conftest import assert_problem
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import metrics
+from service import create_app, metrics
+from service.limits import Limits
 from service.logwriter import stdout_lines
 from service.observability import JsonFormatter
 
@@ -112,8 +113,6 @@ def test_a_content_length_past_64_bits_is_logged_at_most_2_63_not_a_500(client, 
 
 
 def test_request_lines_can_be_turned_off(monkeypatch, capfd):
-    from service import create_app
-
     monkeypatch.setenv("LOG_REQUESTS", "0")
     client = create_app({"TESTING": True}).test_client()
     log_lines(capfd)
@@ -208,17 +207,31 @@ def test_a_batch_records_its_size_and_the_items_work(client):
 
 
 def test_a_failed_stack_is_not_counted_on_top_of_its_items(client):
-    """Two attention items sharing a mask that fits neither: the stacked call fails in the engine and each
-    item is recomputed alone; only the work that was kept counts (as for two single requests)."""
-    body = {"query": [[1.0]], "key": [[1.0], [0.0]], "value": [[1.0], [2.0]], "mask": [[True, True, True]]}
+    """Two attention items of one shape, one whose scores overflow: the stacked call fails in the engine and
+    each item is recomputed alone; only the work that answered counts (as for the two single requests)."""
+    good = {"query": [[1.0]], "key": [[1.0], [0.0]], "value": [[1.0], [2.0]]}
+    bad = {**good, "query": [[1e200]], "key": [[1e200], [0.0]]}
     singles_before = elements_sum()
-    for _ in range(2):
-        assert client.post("/v1/attention", json=body).status_code == 422
+    assert client.post("/v1/attention", json=good).status_code == 200
+    assert client.post("/v1/attention", json=bad).status_code == 422
     singles = elements_sum() - singles_before
     before = elements_sum()
-    items = [{"id": str(i), "op": "attention", "body": body} for i in range(2)]
-    assert client.post("/v1/batch", json={"requests": items}).status_code == 200
-    assert elements_sum() - before == singles == 2 * 2  # each item: 1 query x 2 keys, counted before it failed
+    items = [{"id": "good", "op": "attention", "body": good}, {"id": "bad", "op": "attention", "body": bad}]
+    answer = client.post("/v1/batch", json={"requests": items}).get_json()
+    assert [item["status"] for item in answer["responses"]] == [200, 422]
+    assert elements_sum() - before == singles == 2  # the good item: 1 query x 2 keys
+
+
+def test_a_request_refused_by_a_limit_or_the_engine_is_not_counted(client):
+    """The metric counts requests that passed every limit and were computed: a multi-head request past
+    max_output_elements (checked after the weights) and one whose numbers overflow are not."""
+    narrow = create_app({"TESTING": True, "LIMITS": Limits(max_output_elements=8)}).test_client()
+    before = elements_sum()
+    two_tokens = {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 2}  # 2 x 8 numbers out, 8 weights
+    assert narrow.post("/v1/multi-head-attention", json=two_tokens).json["limit"]["name"] == "max_output_elements"
+    huge = {"embeddings": [[1e200] * 8] * 2, "n_heads": 2}
+    assert client.post("/v1/multi-head-attention", json=huge).status_code == 422
+    assert elements_sum() == before
 
 
 def test_a_new_app_has_counted_no_work():

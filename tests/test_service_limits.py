@@ -136,13 +136,18 @@ def test_a_per_head_mask_counts_each_head_once():
     assert over["limit"] == {"name": "max_weight_elements", "maximum": 17, "value": 18}
 
 
-def test_a_trace_counts_its_four_score_stages():
+@pytest.mark.parametrize(("return_weights", "arrays"), [(True, 5), (False, 4)])
+def test_a_trace_counts_its_four_score_stages_and_the_weights_beside_them(return_weights, arrays):
     request = attention_of(2, 3)  # 6 weights
     assert client_with(max_weight_elements=6).post("/v1/attention", json=request).status_code == 200
-    refused = assert_problem(client_with(max_weight_elements=23).post("/v1/attention", json={**request, "trace": True}),
+    traced = {**request, "trace": True, "return_weights": return_weights}
+    answer = client_with(max_weight_elements=6 * arrays).post("/v1/attention", json=traced)
+    assert answer.status_code == 200
+    returned = [answer.get_json()["weights"], *answer.get_json()["trace"].values()]
+    assert sum(stage is not None for stage in returned) == arrays  # what the limit counts is what is returned
+    refused = assert_problem(client_with(max_weight_elements=6 * arrays - 1).post("/v1/attention", json=traced),
                              422, "/query")
-    assert refused["limit"]["value"] == 24
-    assert client_with(max_weight_elements=24).post("/v1/attention", json={**request, "trace": True}).status_code == 200
+    assert refused["limit"]["value"] == 6 * arrays
 
 
 @pytest.mark.parametrize(("path", "body"), [
