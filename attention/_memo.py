@@ -34,6 +34,8 @@ class ByteBudgetMemo(Generic[Value]):
         size = self._size_of(value)
         if size <= self.max_bytes:
             with self._lock:
+                if key in self._entries:                    # built meanwhile by another thread: keep that one
+                    return self._entries[key][0]
                 self._entries[key] = (value, size)
                 self._bytes += size
                 while self._bytes > self.max_bytes:         # evict the least recently used

@@ -94,10 +94,10 @@ class EncoderBlock:
         self.w_1, self.w_2, self._cast = weights.w_1, weights.w_2, weights.cast
 
     def feed_forward(self, x: ArrayLike) -> np.ndarray:
-        """Position-wise: each token of x (..., n, d_model) alone goes through ReLU(x W_1) W_2 -> (..., n, d_model).
-
-        Integers are taken as float64 (cast to an integer dtype, the weights would round to 0)."""
-        return self._feed_forward(_input(x, "x", self.d_model))
+        """Position-wise: each token of x (..., d_model) alone goes through ReLU(x W_1) W_2 -> (..., d_model);
+        one token (d_model,) too. Integers are taken as float64 (cast to an integer dtype, the weights would
+        round to 0)."""
+        return self._feed_forward(_input(x, "x", self.d_model, min_rank=1))
 
     def _feed_forward(self, x: np.ndarray) -> np.ndarray:
         """:meth:`feed_forward` of a checked x in its working dtype."""

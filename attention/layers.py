@@ -68,9 +68,9 @@ def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndar
     return array
 
 
-def _input(X: ArrayLike, name: str, d_model: int) -> np.ndarray:
+def _input(X: ArrayLike, name: str, d_model: int, min_rank: int = 2) -> np.ndarray:
     """The layer input (..., n, d_model) in the working dtype."""
-    x = as_real_array(X, name, 2)
+    x = as_real_array(X, name, min_rank)
     if x.shape[-1] != d_model:
         raise AttentionError(name, f"expected shape (..., n, d_model={d_model}), got {x.shape}")
     return in_working_dtype(x, name)
@@ -84,8 +84,11 @@ class CastCache(dict):
         super().__init__({FLOAT64: {k: w.astype(np.float64, copy=False) for k, w in weights.items()}})
 
     def __missing__(self, dtype: np.dtype) -> dict[str, np.ndarray]:
-        self[dtype] = {k: to_working(w, dtype, k) for k, w in self[FLOAT64].items()}
-        return self[dtype]
+        cast = {k: to_working(w, dtype, k) for k, w in self[FLOAT64].items()}
+        for w in cast.values():
+            w.setflags(write=False)        # shared by every later call, as the float64 weights are
+        self[dtype] = cast
+        return cast
 
 
 class SelfAttention:

@@ -308,3 +308,36 @@ def test_byte_budget_memo_evicts_least_recently_used():
     memo(11)                                                         # larger than the budget: never kept
     memo(11)
     assert built[-2:] == [11, 11]
+
+
+def test_byte_budget_memo_keeps_one_of_two_builds_of_a_key_at_once():
+    """Two threads missing the same key both build it; counting both made phantom bytes that evicted
+    everything for good. (Simulated without threads: the build itself asks for its key once.)"""
+    from attention._memo import ByteBudgetMemo
+
+    built = []
+
+    def build(n: int) -> np.ndarray:
+        built.append(n)
+        if len(built) == 1:
+            memo(n)                                                  # "another thread" builds the same key now
+        return np.zeros(n)
+
+    memo = ByteBudgetMemo(build, lambda a: a.nbytes, max_bytes=8 * 10)
+    first = memo(4)
+    assert memo(4) is first and built == [4, 4]
+    memo(5)                                                          # 4 + 5 <= 10 elements: both kept
+    memo(4), memo(5)
+    assert built == [4, 4, 5]
+
+
+def test_weights_cast_for_float32_are_shared_read_only_like_the_float64_ones():
+    block = attention.EncoderBlock(8, 2, seed=4)
+    block(np.ones((3, 8), dtype=np.float32))                         # casts the weights once
+    for cache in (block._cast, block.attention._cast):
+        assert all(not w.flags.writeable for w in cache[np.dtype(np.float32)].values())
+
+
+def test_feed_forward_takes_one_token_as_a_vector():
+    block = attention.EncoderBlock(4, 2, seed=1)
+    np.testing.assert_array_equal(block.feed_forward(np.arange(4.0)), block.feed_forward(np.arange(4.0)[None])[0])
