@@ -55,8 +55,8 @@ REQUESTS = Counter("http_requests", "HTTP requests answered, by route (URL rule)
                    ["route", "method", "status"])
 LATENCY = Histogram("http_request_duration_seconds", "Time from the request reaching the app to the response "
                     "being ready, by route.", ["route", "method"], buckets=LATENCY_BUCKETS)
-REQUEST_SIZE = Histogram("http_request_size_bytes", "Request body size (Content-Length), by route.",
-                         ["route"], buckets=SIZE_BUCKETS)
+REQUEST_SIZE = Histogram("http_request_size_bytes", "Request body size (Content-Length, at most max_body_bytes + 1), "
+                         "by route.", ["route"], buckets=SIZE_BUCKETS)
 RESPONSE_SIZE = Histogram("http_response_size_bytes", "Response body size, by route.", ["route"],
                           buckets=SIZE_BUCKETS)
 IN_FLIGHT = Gauge("http_requests_in_flight", "Requests being answered now (summed over live workers).",

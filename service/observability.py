@@ -38,8 +38,6 @@ ENVIRON_KEY = "HTTP_" + HEADER.upper().replace("-", "_")  # where WSGI puts that
 REQUEST_ID = "attention.request_id"  # where the middleware leaves the id for the app (problem bodies, logs)
 SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})  # anything else: "other"
-# The largest request size logged: orjson writes integers of 64 bits, and a client may claim any Content-Length.
-MAX_LOGGED_BYTES = 2**63 - 1
 
 
 def request_id() -> str | None:
@@ -70,9 +68,12 @@ class RequestObserver:
     """WSGI middleware: gives each request its id, and records its metrics and log line (to ``lines``;
     None: no line) once the app has answered. Latency is until the answer is ready (not sent)."""
 
-    def __init__(self, app: Callable, lines: LineWriter | None) -> None:
+    def __init__(self, app: Callable, lines: LineWriter | None, max_body_bytes: int) -> None:
         self.app = app
         self.lines = lines
+        # A client may claim any Content-Length (2^64 is past what orjson writes); a body past the limit is
+        # refused unread, so a request's size is recorded and logged as at most the limit + 1.
+        self.max_recorded_bytes = max_body_bytes + 1
         self.children: dict[tuple[str, str, int], tuple] = {}  # labelled metrics: .labels() costs ~5 µs
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
@@ -111,7 +112,7 @@ class RequestObserver:
         route = rule.rule if rule is not None else metrics.UNMATCHED
         method = environ.get("REQUEST_METHOD", "GET").upper()  # as werkzeug's request.method
         method = method if method in METHODS else "other"
-        sent = min(get_content_length(environ) or 0, MAX_LOGGED_BYTES)
+        sent = min(get_content_length(environ) or 0, self.max_recorded_bytes)
         size = 0
         for name, value in headers:  # a loop, not next(<generator>): on every request
             if name == "Content-Length":
@@ -157,6 +158,7 @@ def metrics_view() -> Response:
 
 def init_app(app: Flask) -> None:
     """Wrap ``app`` in the request observer (ids, metrics, log lines), serve /metrics, log app logs as JSON."""
-    app.wsgi_app = RequestObserver(app.wsgi_app, None if os.environ.get("LOG_REQUESTS", "1") == "0" else stdout_lines())
+    lines = None if os.environ.get("LOG_REQUESTS", "1") == "0" else stdout_lines()
+    app.wsgi_app = RequestObserver(app.wsgi_app, lines, app.extensions["limits"].max_body_bytes)
     app.add_url_rule("/metrics", "metrics", metrics_view, methods=["GET"])
     _install_json_logging()
