@@ -1,6 +1,6 @@
 """The pages in a real headless Chromium (Debian's chromium + chromedriver) against the real gunicorn.
 
-Skipped, saying why, when no browser is installed; in CI (CI=true) a missing browser is a failure.
+Skipped, saying why, when no browser is installed; in CI (servers.in_ci) a missing browser is a failure.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import requests
 import yaml
 from conftest import gunicorn_server
+from servers import in_ci
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -46,7 +47,7 @@ def browser() -> Iterator[Any]:
     """A headless Chromium driven through chromedriver, logging the console."""
     missing = _missing()
     if missing:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail(f"CI must run the browser tests, but {missing}")
         pytest.skip(f"No headless Chromium for the browser tests: {missing}")
     from selenium import webdriver
