@@ -23,11 +23,10 @@ from service.errors import LimitExceeded
 
 
 def _positive(variable: str, raw: str) -> int:
-    """The value of environment ``variable``, a positive integer, or a ValueError naming the variable."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
+    """The value of environment ``variable``, a positive integer in ASCII digits, or a ValueError naming the
+    variable (int() would also take "1_000" or other scripts' digits)."""
+    digits = raw.strip()
+    value = int(digits) if digits.isascii() and digits.isdigit() else 0
     if value < 1:
         raise ValueError(f"{variable} must be a positive integer, got {raw!r}")
     return value

@@ -26,15 +26,6 @@ ALLOW_HEADERS = "Authorization, Content-Type, X-Request-Id, Inference-Header-Con
 SPEC_OPTIONS = {"components": {"securitySchemes": {"bearerAuth": {
     "type": "http", "scheme": "bearer",
     "description": "Only when the server sets API_KEYS: `Authorization: Bearer <key>` on /v1 and /v2."}}}}
-# A protected operation's requirement: auth is optional (off by default), so "no credentials" is one alternative.
-OPTIONAL_KEY = [{}, {"bearerAuth": []}]
-REFUSED = "Only when the server sets API_KEYS: no valid `Authorization: Bearer <key>` (see WWW-Authenticate)."
-UNAUTHORIZED_RESPONSES = {  # by the error shape of each API: problem+json on /v1, the protocol's on /v2
-    "Unauthorized": {"description": REFUSED, "content": {
-        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}},
-    "ProtocolUnauthorized": {"description": REFUSED, "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/ProtocolError"}}}},
-}
 
 
 class Unauthorized(ProblemError):
@@ -61,16 +52,25 @@ def is_protected(path: str) -> bool:
 def document_auth(spec: dict[str, Any]) -> None:
     """In an OpenAPI document (plain JSON values): every protected operation takes the optional bearer key
     and may answer 401; the open ones (health probes) require nothing."""
-    spec["components"].setdefault("responses", {}).update(UNAUTHORIZED_RESPONSES)
+    def refused(media_type: str, schema: str) -> dict[str, Any]:
+        return {"description": "Only when the server sets API_KEYS: no valid `Authorization: Bearer <key>`.",
+                "headers": {"WWW-Authenticate": {"description": "The scheme to use: " + CHALLENGE,
+                                                 "schema": {"type": "string"}}},
+                "content": {media_type: {"schema": {"$ref": "#/components/schemas/" + schema}}}}
+
+    # by the error shape of each API: problem+json on /v1, the protocol's on /v2
+    spec["components"].setdefault("responses", {}).update({
+        "Unauthorized": refused("application/problem+json", "Problem"),
+        "ProtocolUnauthorized": refused("application/json", "ProtocolError")})
     for path, item in spec["paths"].items():
         if not is_protected(path):
             continue
-        refused = {"$ref": "#/components/responses/" + ("Unauthorized" if path.startswith("/v1") else
-                                                         "ProtocolUnauthorized")}
+        name = "Unauthorized" if path.startswith("/v1") else "ProtocolUnauthorized"
         for operation in item.values():
             if isinstance(operation, dict) and "responses" in operation:
-                operation["security"] = OPTIONAL_KEY
-                operation["responses"]["401"] = refused
+                # optional (auth is off by default): "no credentials" is one alternative
+                operation["security"] = [{}, {"bearerAuth": []}]
+                operation["responses"]["401"] = {"$ref": "#/components/responses/" + name}
 
 
 def key_matches(authorization: str | None, keys: tuple[bytes, ...]) -> bool:

@@ -166,3 +166,6 @@ def test_real_401s_match_the_documented_answers():
         assert response.mimetype == content_type == ("application/problem+json" if url.startswith("/v1")
                                                      else "application/json")
         validator(media["schema"]).validate(response.get_json())
+        documented = SPEC["components"]["responses"][SPEC["paths"][path][method]["responses"]["401"]["$ref"].rsplit(
+            "/", 1)[1]]["headers"]
+        assert set(documented) == {"WWW-Authenticate"} and response.headers["WWW-Authenticate"].startswith("Bearer")

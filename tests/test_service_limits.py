@@ -25,7 +25,8 @@ def test_limits_come_from_the_environment(monkeypatch):
     monkeypatch.setenv(env_name("max_body_bytes"), "4096")
     served = create_app({"TESTING": True}).test_client().get("/v1/limits").get_json()
     assert served["max_heads"] == 3 and served["max_body_bytes"] == 4096
-    for bad in ("0", "-3", "abc", "1.5", ""):  # each refused by the variable's name, not a bare int() error
+    # each refused by the variable's name, not a bare int() error; and only ASCII digits (int() takes more)
+    for bad in ("0", "-3", "abc", "1.5", "", "1_000", "\u0663"):
         monkeypatch.setenv("ATTENTION_MAX_LAYERS", bad)
         with pytest.raises(ValueError, match=f"ATTENTION_MAX_LAYERS must be a positive integer, got '{bad}'"):
             Limits.from_env()
