@@ -77,9 +77,7 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     # B * n_q * d_v: mostly the batch of queries (over one shared key and value) makes it large
     limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("query"))
     options = {"scale": params["scale"], "causal": params["causal"]}
-    # The engine blames "query" for scores that overflowed: q . k * scale, any of the three may be too large.
-    culprits = ("query", "key") if params["scale"] is None else ("query", "key", "scale")
-    with _Blame(("query",), lambda: [pointer(name) for name in culprits]):
+    with _Blame(("query",), _scores_culprits, params):
         result = _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask,
                                                                                   return_weights=weights, **options),
                       lambda: engine.trace_attention(q, k, v, mask, **options))
@@ -172,35 +170,41 @@ def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, 
 
 class _Blame:
     """Engine errors about one of ``arguments`` (e.g. an overflow) point at every request member that may have
-    caused them: ``culprits()`` (JSON Pointers, built only then); other errors propagate unchanged.
+    caused them: ``culprits(params)`` (JSON Pointers, built only then); other errors propagate unchanged.
     (A class, not @contextmanager: this wraps every engine call, and a generator costs more.)"""
 
-    def __init__(self, arguments: tuple[str, ...], culprits: Callable[[], list[str]]) -> None:
-        self.arguments, self.culprits = arguments, culprits
+    def __init__(self, arguments: tuple[str, ...], culprits: Callable[[Params], list[str]], params: Params) -> None:
+        self.arguments, self.culprits, self.params = arguments, culprits, params
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type | None, exc: BaseException | None, traceback: Any) -> None:
         if isinstance(exc, engine.AttentionError) and exc.argument in self.arguments:
-            errors = [{"pointer": where, "detail": exc.detail} for where in self.culprits()]
+            errors = [{"pointer": where, "detail": exc.detail} for where in self.culprits(self.params)]
             raise ValidationProblem(exc.detail, errors=errors) from None
 
 
-def _blame_input(params: Params) -> _Blame:
+def _scores_culprits(params: Params) -> list[str]:
+    """Scores that overflowed are q . k * scale: any of the three may be too large (the engine says "query")."""
+    return [pointer(name) for name in ("query", "key", "scale") if name != "scale" or params["scale"] is not None]
+
+
+def _input_culprits(params: Params) -> list[str]:
     """A layer's input (X, or the Q, K, V projected from it) is the request's ``embeddings`` or ``tokens``, and
     its explicit ``weights`` if any (as likely to have made the numbers overflow)."""
-    def culprits() -> list[str]:
-        given = [pointer("tokens" if "tokens" in params else "embeddings")]
-        return [*given, pointer("weights")] if params.get("weights") else given
-    return _Blame(("X", "query", "key", "value"), culprits)
+    given = [pointer("tokens" if "tokens" in params else "embeddings")]
+    return [*given, pointer("weights")] if params.get("weights") else given
+
+
+LAYER_INPUTS = ("X", "query", "key", "value")  # what the layers call their input and its projections
 
 
 def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params,
                elements: int) -> Result:
     """The layer's answer; its ``elements`` attention weights counted once it has answered."""
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _blame_input(params):
+    with _Blame(LAYER_INPUTS, _input_culprits, params):
         result = _run(params, lambda weights: layer(x, return_weights=weights, **options),
                       lambda: layer.trace(x, **options))
     metrics.count_elements(elements)
@@ -251,7 +255,7 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     _check_positions(x, x.shape[-1], params, limits, arrays=1 + traced)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _blame_input(params):
+    with _Blame(LAYER_INPUTS, _input_culprits, params):
         if params["trace"]:
             layers = encoder.trace(x, **options)
             result = {"output": layers[-1].output, "layers": [
