@@ -35,6 +35,7 @@ class ByteBudgetMemo(Generic[Value]):
         if size <= self.max_bytes:
             with self._lock:
                 if key in self._entries:                    # built meanwhile by another thread: keep that one
+                    self._entries.move_to_end(key)
                     return self._entries[key][0]
                 self._entries[key] = (value, size)
                 self._bytes += size

@@ -72,7 +72,7 @@ def _input(X: ArrayLike, name: str, d_model: int, min_rank: int = 2) -> np.ndarr
     """The layer input (..., n, d_model) in the working dtype."""
     x = as_real_array(X, name, min_rank)
     if x.shape[-1] != d_model:
-        raise AttentionError(name, f"expected shape (..., n, d_model={d_model}), got {x.shape}")
+        raise AttentionError(name, f"expected shape (..., d_model={d_model}), got {x.shape}")
     return in_working_dtype(x, name)
 
 

@@ -214,7 +214,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         # Each size as if at its limit when past it; and no more batch items than the weights limit allows.
         n = min(n, limits.max_sequence_length)
         per_sentence = shape.heads * n * n * shape.layers
-        batch = min(batch, max(1, limits.max_weight_elements // per_sentence))
+        batch = min(batch, max(1, limits.max_weight_elements // (per_sentence * compute.weight_arrays(params))))
         weights = batch * per_sentence
         # the output and the traced arrays along the positions, bounded together as compute bounds them
         output = min(batch * n * (shape.d_out + (shape.traced if trace else 0)), limits.max_output_elements)

@@ -38,8 +38,8 @@ loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 # request large enough to make glibc trim the heap (a 40 MB JSON answer left the next 16 MiB-weights
 # request 13 ms slower, faulting everything in again).
 malloc_keep_mb = int(os.environ.get("GUNICORN_MALLOC_KEEP_MB", "64"))
-# But freed blocks *below* live ones are never returned: after a 108 MB answer (an encoder trace) a worker
-# stayed at ~270 MB. After an answer of TRIM_AFTER_BYTES or more, malloc_trim gives back every free page but
+# But freed blocks *below* live ones are never returned: after a ~100 MB answer (encoder traces) a worker
+# stayed at ~200-270 MB. After an answer of TRIM_AFTER_BYTES or more, malloc_trim gives back every free page but
 # the kept top (~130 MB then); a few ms, next to the hundreds that such an answer takes.
 TRIM_AFTER_BYTES = 16 * 1024 * 1024
 _malloc: list = []  # in a worker with the settings applied: [libc, bytes kept]

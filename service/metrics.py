@@ -67,7 +67,8 @@ IN_FLIGHT = Gauge("http_requests_in_flight", "Requests being answered now (summe
 IN_FLIGHT_VALUE = IN_FLIGHT._value
 # Its _sum is the attention weights computed in all (a separate counter of them was one more write per request).
 ELEMENTS = Histogram("attention_weight_elements_per_request", "Attention weights per engine call (B*h*n_q*n_k, "
-                     "summed over layers) of requests that passed every limit.", buckets=ELEMENT_BUCKETS)
+                     "summed over layers) of requests that passed every limit and were computed.",
+                     buckets=ELEMENT_BUCKETS)
 BATCH_ITEMS = Histogram("batch_items", "Items per /v1/batch request.", buckets=BATCH_BUCKETS)
 
 

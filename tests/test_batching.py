@@ -80,6 +80,14 @@ def test_cost_counts_no_more_sentences_than_the_weights_limit_allows():
     assert batching.cost(*item, Limits(max_weight_elements=64)) == expected
 
 
+def test_a_trace_past_the_weights_limit_counts_no_more_sentences_than_its_five_arrays_allow():
+    """9 traced sentences of 8 weights, 5 arrays each (4 stages and the weights): 320 allowed is 8 sentences."""
+    item = load("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2, "trace": True})
+    weights, output = 8 * 8 * 5, 8 * 2 * (4 + 3 * 4)  # output and q, k, v along the positions
+    expected = weights + output + 8 * 2 * 4 * 4 * 4 // 1024 + 3 * (weights + output)
+    assert batching.cost(*item, Limits(max_weight_elements=320)) == expected
+
+
 def test_keys_tell_apart_what_compares_equal():
     def key(**options):
         return batching.prepare(*load("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **options}),

@@ -132,7 +132,7 @@ def test_a_worker_gives_back_what_a_large_answer_took():
     with Gunicorn(env={"LOG_REQUESTS": "0"}) as instance:
         before = instance.rss_kib()
         response = requests.post(f"{instance.url}/v1/batch", json=body, timeout=60)
-        assert response.status_code == 200 and len(response.content) > 96 << 20
+        assert response.status_code == 200 and len(response.content) > 90 << 20  # 97.6 MiB
         assert all(item["status"] == 200 for item in response.json()["responses"])
         after = instance.rss_kib()
     assert max(after.values()) < 180 * 1024, (before, after)  # measured: 156 MB; without the trim 201 MB

@@ -114,6 +114,9 @@ def test_a_content_length_past_the_limit_is_recorded_as_the_limit_plus_one(clien
     assert line["status"] == 200 and line["request_bytes"] == Limits().max_body_bytes + 1
     assert value(scrape(client), "http_request_size_bytes_sum", route="/healthz") - value(
         before, "http_request_size_bytes_sum", route="/healthz") == Limits().max_body_bytes + 1
+    small = create_app({"TESTING": True, "LIMITS": Limits(max_body_bytes=100)}).test_client()
+    small.get("/healthz", environ_overrides={"CONTENT_LENGTH": "5000"})   # the app's own limit, not the default
+    assert [line["request_bytes"] for line in log_lines(capfd) if line["path"] == "/healthz"] == [101]
 
 
 def test_request_lines_can_be_turned_off(monkeypatch, capfd):
