@@ -56,11 +56,6 @@ class _FeedForwardWeights:
     w_2: np.ndarray
     cast: CastCache
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held, counting the float32 copies a float32 request adds."""
-        return (self.w_1.nbytes + self.w_2.nbytes) * 3 // 2
-
 
 def _draw_feed_forward(d_model: int, d_ff: int, seed: int) -> _FeedForwardWeights:
     """W_1 ~ N(0, 1/sqrt(d_model)) then W_2 ~ N(0, 1/sqrt(d_ff)), from default_rng(seed + 200)."""
@@ -74,7 +69,7 @@ def _draw_feed_forward(d_model: int, d_ff: int, seed: int) -> _FeedForwardWeight
 
 # A service builds the same seeded encoder on every request: recent feed-forward draws are kept within 64 MiB
 # per process (d_model=512, d_ff=2048: 24 MiB a layer with float32 copies; drawing one took ~35 ms).
-_seeded_feed_forward = ByteBudgetMemo(_draw_feed_forward, lambda weights: weights.nbytes, max_bytes=64 << 20)
+_seeded_feed_forward = ByteBudgetMemo(_draw_feed_forward, lambda weights: weights.cast.nbytes, max_bytes=64 << 20)
 
 
 class EncoderBlock:

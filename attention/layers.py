@@ -90,6 +90,12 @@ class CastCache(dict):
         self[dtype] = cast
         return cast
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held once a float32 request has added its copies (half the float64 weights' size): what a
+        memo of these weights budgets for."""
+        return sum(w.nbytes for w in self[FLOAT64].values()) * 3 // 2
+
 
 class SelfAttention:
     """One attention head over its own input: X -> (XW_q, XW_k, XW_v) -> attention.
@@ -158,11 +164,6 @@ class _HeadWeights:
             w.setflags(write=False)
         return cls(w_qkv[0], w_qkv[1], w_qkv[2], w_o, CastCache(w_qkv=w_qkv[:, None], w_o=w_o))
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held, counting the float32 copies a float32 request adds."""
-        return (self.w_o.nbytes + 3 * self.w_q.nbytes) * 3 // 2
-
 
 def _draw_heads(d_model: int, n_heads: int, seed: int) -> _HeadWeights:
     """Head i = SelfAttention(d_model, d_k, seed + i)'s weights; W_o from default_rng(seed + 99)."""
@@ -173,7 +174,7 @@ def _draw_heads(d_model: int, n_heads: int, seed: int) -> _HeadWeights:
 
 
 # Seeded multi-head weight sets within 64 MiB per process (d_model=512 takes 12 MiB with float32 copies).
-_seeded_heads = ByteBudgetMemo(_draw_heads, lambda heads: heads.nbytes, max_bytes=64 << 20)
+_seeded_heads = ByteBudgetMemo(_draw_heads, lambda heads: heads.cast.nbytes, max_bytes=64 << 20)
 
 
 class MultiHeadAttention:

@@ -77,12 +77,10 @@ def compute_attention(params: Params, limits: Limits) -> Result:
     # B * n_q * d_v: mostly the batch of queries (over one shared key and value) makes it large
     limits.check("max_output_elements", batch * q.shape[-2] * v.shape[-1], pointer=pointer("query"))
     options = {"scale": params["scale"], "causal": params["causal"]}
-    with _Blame(("query",), _scores_culprits, params):
-        result = _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask,
-                                                                                  return_weights=weights, **options),
-                      lambda: engine.trace_attention(q, k, v, mask, **options))
-    metrics.count_elements(elements)
-    return result
+    with _EngineCall(("query",), _scores_culprits, params, elements):
+        return _run(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask, return_weights=weights,
+                                                                                **options),
+                    lambda: engine.trace_attention(q, k, v, mask, **options))
 
 
 def _tokens(tokens: list[str], d_model: int | None) -> np.ndarray:
@@ -168,19 +166,23 @@ def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, 
     limits.check("max_output_elements", arrays * batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
 
 
-class _Blame:
-    """Engine errors about one of ``arguments`` (e.g. an overflow) point at every request member that may have
-    caused them: ``culprits(params)`` (JSON Pointers, built only then); other errors propagate unchanged.
-    (A class, not @contextmanager: this wraps every engine call, and a generator costs more.)"""
+class _EngineCall:
+    """Around the engine call of a request whose ``elements`` attention weights passed the limits: counted
+    (metrics.count_elements) once it answers; engine errors about one of ``arguments`` (e.g. an overflow)
+    point at every request member that may have caused them, ``culprits(params)`` (JSON Pointers, built only
+    then); other errors propagate unchanged. (A class, not @contextmanager: a generator costs more.)"""
 
-    def __init__(self, arguments: tuple[str, ...], culprits: Callable[[Params], list[str]], params: Params) -> None:
-        self.arguments, self.culprits, self.params = arguments, culprits, params
+    def __init__(self, arguments: tuple[str, ...], culprits: Callable[[Params], list[str]], params: Params,
+                 elements: int) -> None:
+        self.arguments, self.culprits, self.params, self.elements = arguments, culprits, params, elements
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type | None, exc: BaseException | None, traceback: Any) -> None:
-        if isinstance(exc, engine.AttentionError) and exc.argument in self.arguments:
+        if exc is None:
+            metrics.count_elements(self.elements)
+        elif isinstance(exc, engine.AttentionError) and exc.argument in self.arguments:
             errors = [{"pointer": where, "detail": exc.detail} for where in self.culprits(self.params)]
             raise ValidationProblem(exc.detail, errors=errors) from None
 
@@ -204,11 +206,9 @@ def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.nd
                elements: int) -> Result:
     """The layer's answer; its ``elements`` attention weights counted once it has answered."""
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _Blame(LAYER_INPUTS, _input_culprits, params):
-        result = _run(params, lambda weights: layer(x, return_weights=weights, **options),
-                      lambda: layer.trace(x, **options))
-    metrics.count_elements(elements)
-    return result
+    with _EngineCall(LAYER_INPUTS, _input_culprits, params, elements):
+        return _run(params, lambda weights: layer(x, return_weights=weights, **options),
+                    lambda: layer.trace(x, **options))
 
 
 def _weights(params: Params) -> dict[str, np.ndarray]:
@@ -255,17 +255,14 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
     _check_positions(x, x.shape[-1], params, limits, arrays=1 + traced)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with _Blame(LAYER_INPUTS, _input_culprits, params):
+    with _EngineCall(LAYER_INPUTS, _input_culprits, params, elements):
         if params["trace"]:
             layers = encoder.trace(x, **options)
-            result = {"output": layers[-1].output, "layers": [
+            return {"output": layers[-1].output, "layers": [
                 {"weights": t.attention.weights if params["return_weights"] else None, "trace": t.as_dict()}
                 for t in layers]}
-        else:
-            output, weights = encoder(x, return_weights=params["return_weights"], **options)
-            result = {"output": output, "layers": [{"weights": w} for w in weights]}
-    metrics.count_elements(elements)
-    return result
+        output, weights = encoder(x, return_weights=params["return_weights"], **options)
+        return {"output": output, "layers": [{"weights": w} for w in weights]}
 
 
 def compute_embed(params: Params, limits: Limits) -> Result:

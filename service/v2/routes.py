@@ -162,7 +162,7 @@ def model_infer(model: str) -> Response:
     current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again
     text, binary = parse_header(read_body(current, limits.max_body_bytes), current.headers.get(HEADER_LENGTH))
     check_depth(text, limits)
-    answer, chunks = infer(selected, load_json(text, declared_charset(current)), binary, limits)
+    answer, chunks = infer(selected, load_json(text, lambda: declared_charset(current)), binary, limits)
     header = dumps(answer)
     if not chunks:
         return Response(header, mimetype="application/json")

@@ -10,6 +10,7 @@ Python); JSON ``data`` goes through the v1 tensor fields (one ``np.array`` call)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,11 +141,11 @@ def parse_header(body: bytes, header_length: str | None) -> tuple[bytes, memoryv
     return body[:split], memoryview(body)[split:]
 
 
-def load_json(text: bytes, charset: str | None = None) -> Any:
-    """orjson parse (no NaN/Infinity), errors as protocol errors; ``charset``: the one the request declared,
-    named in the error when it is not UTF-8 (see service.jsonio.declared_charset)."""
+def load_json(text: bytes, charset: Callable[[], str | None] = lambda: None) -> Any:
+    """orjson parse (no NaN/Infinity), errors as protocol errors. ``charset()``: the charset the request
+    declared when it is not UTF-8 (service.jsonio.declared_charset), asked only on error and named then."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        declared = f" (the request declares charset={charset}: send the header in UTF-8)" if charset else ""
+        declared = f" (the request declares charset={name}: send the header in UTF-8)" if (name := charset()) else ""
         raise ProtocolError(f"The JSON inference header is not valid JSON: {exc}{declared}.") from None
