@@ -19,7 +19,7 @@ from schemas.attention import AttentionRequest
 from schemas.models import EncoderRequest, MultiHeadRequest, SelfAttentionRequest
 from schemas.reference import CausalMaskQuery, EmbedRequest, PositionalEncodingQuery
 from service import metrics
-from service.errors import UNKNOWN_TOKEN, ValidationProblem, pointer
+from service.errors import UNKNOWN_TOKEN, LimitExceeded, ValidationProblem, pointer
 from service.limits import Limits
 
 Params = dict[str, Any]
@@ -132,7 +132,7 @@ def _check_elements(params: Params, elements: int, limits: Limits, where: str) -
     """A request's attention weights against the limits before any compute: max_weight_elements (times
     :func:`weight_arrays`), and max_heatmap_cells when the answer is their picture (``format`` svg, set by
     the view). Returns ``elements``, to count once the engine has answered (metrics.count_elements)."""
-    limits.check("max_weight_elements", elements * weight_arrays(params), pointer=where)
+    _check_copies(limits, "max_weight_elements", elements, weight_arrays(params), where)
     if params.get("format") == "svg":
         limits.check("max_heatmap_cells", elements, parameter="format")
     return elements
@@ -163,7 +163,20 @@ def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, 
     input's size, each number written in ~20 bytes, not 2). ``width_name`` is blamed if the request gives it,
     else the input."""
     where = width_name if width_name in params else "tokens" if "tokens" in params else "embeddings"
-    limits.check("max_output_elements", arrays * batch_size(x) * x.shape[-2] * width, pointer=pointer(where))
+    _check_copies(limits, "max_output_elements", batch_size(x) * x.shape[-2] * width, arrays, pointer(where))
+
+
+def _check_copies(limits: Limits, name: str, size: int, copies: int, where: str) -> None:
+    """``copies`` arrays of ``size`` numbers against the limit ``name``, blaming ``where``. More than one copy
+    is what trace=true asks for (each stage is another array of that size), so when one copy alone is within
+    the limit, /trace is blamed too: the request passes without it."""
+    try:
+        limits.check(name, size * copies, pointer=where)
+    except LimitExceeded as exc:
+        if copies > 1 and size <= getattr(limits, name):
+            exc.members["errors"].append({"pointer": pointer("trace"), "detail": (
+                f"trace=true returns {copies} arrays of {size} numbers each, past {name}; without it, one.")})
+        raise
 
 
 class _EngineCall:

@@ -77,18 +77,19 @@ def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> di
      "n_heads": 2}, {"embeddings": np.ones((2, 4, 8)).tolist(), "n_heads": 2}, "max_output_elements", "/embeddings"),
     ({"max_output_elements": 4 * 2 * 3 * 8}, "/v1/multi-head-attention", {"embeddings": np.ones((2, 3, 8)).tolist(),
      "n_heads": 2, "trace": True}, {"embeddings": np.ones((2, 4, 8)).tolist(), "n_heads": 2, "trace": True},
-     "max_output_elements", "/embeddings"),
+     "max_output_elements", ("/embeddings", "/trace")),
     ({"max_output_elements": 4 * 2 * 3 * 8}, "/v1/self-attention", {"embeddings": np.ones((2, 3, 1)).tolist(),
      "d_k": 8, "trace": True}, {"embeddings": np.ones((2, 3, 1)).tolist(), "d_k": 9, "trace": True},
-     "max_output_elements", "/d_k"),
+     "max_output_elements", ("/d_k", "/trace")),
     ({"max_output_elements": (1 + 7 * 2) * 3 * 8}, "/v1/encoder", {"embeddings": np.ones((3, 8)).tolist(),
      "n_heads": 1, "n_layers": 2, "trace": True}, {"embeddings": np.ones((4, 8)).tolist(), "n_heads": 1,
-     "n_layers": 2, "trace": True}, "max_output_elements", "/embeddings"),
+     "n_layers": 2, "trace": True}, "max_output_elements", ("/embeddings", "/trace")),
 ])
 def test_limits_at_and_just_past_the_boundary(limits, path, at, past, name, pointer):
+    """``pointer``: the member blamed, or the members (with trace, /trace too when it makes the difference)."""
     client = client_with(**limits)
     assert client.post(path, json=at).status_code == 200
-    body = assert_problem(client.post(path, json=past), 422, pointer)
+    body = assert_problem(client.post(path, json=past), 422, *(pointer if isinstance(pointer, tuple) else (pointer,)))
     assert body["limit"]["name"] == name and body["limit"]["maximum"] == next(iter(limits.values()))
     assert body["type"].endswith("limit-exceeded") and name in body["detail"]
 
@@ -147,8 +148,23 @@ def test_a_trace_counts_its_four_score_stages_and_the_weights_beside_them(return
     returned = [answer.get_json()["weights"], *answer.get_json()["trace"].values()]
     assert sum(stage is not None for stage in returned) == arrays  # what the limit counts is what is returned
     refused = assert_problem(client_with(max_weight_elements=6 * arrays - 1).post("/v1/attention", json=traced),
-                             422, "/query")
+                             422, "/query", "/trace")
     assert refused["limit"]["value"] == 6 * arrays
+    assert refused["errors"][1]["detail"] == (f"trace=true returns {arrays} arrays of 6 numbers each, past "
+                                              "max_weight_elements; without it, one.")
+
+
+@pytest.mark.parametrize(("path", "body", "name"), [
+    ("/v1/attention", attention_of(2, 3), "max_weight_elements"),
+    ("/v1/multi-head-attention", {"embeddings": np.ones((2, 3, 8)).tolist(), "n_heads": 2}, "max_output_elements"),
+])
+def test_trace_is_blamed_only_when_the_request_passes_without_it(path, body, name):
+    """Past the limit even without trace: the input alone is blamed, trace or not."""
+    plain = assert_problem(client_with(**{name: 5}).post(path, json=body), 422)
+    traced = assert_problem(client_with(**{name: 5}).post(path, json={**body, "trace": True}), 422)
+    assert len(plain["errors"]) == len(traced["errors"]) == 1
+    assert traced["errors"][0]["pointer"] == plain["errors"][0]["pointer"]
+    assert traced["limit"]["name"] == plain["limit"]["name"] == name
 
 
 @pytest.mark.parametrize(("path", "body"), [
