@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,10 +14,19 @@ from flask import Flask
 from flask.testing import FlaskClient
 from seed_reference import load_seed
 
-from service import create_app
-from service.launch import GUNICORN, LaunchError, gunicorn
-from service.launch import ROOT as ROOT  # re-exported: tests read files of the repository
-from service.limits import Limits
+# The tests run the service with its defaults, as CI does, whatever a developer's shell has set: e.g. a
+# PROMETHEUS_MULTIPROC_DIR left from running gunicorn by hand puts service.metrics in multiprocess mode at import,
+# LOG_REQUESTS=0 silences the log lines tests read, ATTENTION_MAX_* move the limits. A test that needs a setting
+# passes it to its own app or server (the gunicorn servers get a fresh metrics directory each).
+SERVICE_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "LOG_REQUESTS", "LOG_BUFFER_BYTES", "LOG_FLUSH_SECONDS",
+                     "METRICS_FLUSH_SECONDS", "API_KEYS", "CORS_ORIGINS")
+for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.startswith("ATTENTION_"))]:
+    os.environ.pop(variable, None)
+
+from service import create_app  # noqa: E402  (after the clean-up above)
+from service.launch import GUNICORN, LaunchError, gunicorn  # noqa: E402
+from service.launch import ROOT as ROOT  # noqa: E402  (re-exported: tests read files of the repository)
+from service.limits import Limits  # noqa: E402
 
 
 @pytest.fixture
