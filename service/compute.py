@@ -94,6 +94,11 @@ def _tokens(tokens: list[str], d_model: int | None) -> np.ndarray:
                                 problem_type=UNKNOWN_TOKEN, errors=errors, known=exc.known) from None
 
 
+def input_member(params: Params) -> str:
+    """The request member that holds the input sentence: ``tokens`` or ``embeddings``."""
+    return "tokens" if "tokens" in params else "embeddings"
+
+
 def check_tokens(params: Params, limits: Limits) -> None:
     """The sentence's length and width limits, before its tokens are embedded."""
     limits.check("max_sequence_length", len(params["tokens"]), pointer=pointer("tokens"))
@@ -150,7 +155,7 @@ def _check_weights(x: np.ndarray, params: Params, heads: int, limits: Limits, la
     if mask is not None and per_head_mask and mask.ndim == x.ndim + 1:
         mask = mask[..., 0, :, :]                                   # drop the head axis (a view)
     batch = batch_size(x, mask if mask is not None and mask.ndim > 2 else None)
-    return _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer("embeddings"))
+    return _check_elements(params, batch * heads * x.shape[-2] ** 2 * layers, limits, pointer(input_member(params)))
 
 
 def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, width_name: str | None = None,
@@ -162,20 +167,20 @@ def _check_positions(x: np.ndarray, width: int, params: Params, limits: Limits, 
     4 GiB per array, and a 0.8 MB body of 6-layer encoder trace answered 327 MB of JSON (42 arrays of the
     input's size, each number written in ~20 bytes, not 2). ``width_name`` is blamed if the request gives it,
     else the input."""
-    where = width_name if width_name in params else "tokens" if "tokens" in params else "embeddings"
+    where = width_name if width_name in params else input_member(params)
     _check_copies(limits, "max_output_elements", batch_size(x) * x.shape[-2] * width, arrays, pointer(where))
 
 
 def _check_copies(limits: Limits, name: str, size: int, copies: int, where: str) -> None:
-    """``copies`` arrays of ``size`` numbers against the limit ``name``, blaming ``where``. More than one copy
-    is what trace=true asks for (each stage is another array of that size), so when one copy alone is within
-    the limit, /trace is blamed too: the request passes without it."""
+    """``copies`` times ``size`` numbers against the limit ``name``, blaming ``where``. More than one copy is
+    what trace=true asks for (each stage is another array of that size), so when one copy alone is within this
+    limit, /trace is blamed too. (Only this limit: without the trace, another may still refuse the request.)"""
     try:
         limits.check(name, size * copies, pointer=where)
     except LimitExceeded as exc:
         if copies > 1 and size <= getattr(limits, name):
             exc.members["errors"].append({"pointer": pointer("trace"), "detail": (
-                f"trace=true returns {copies} arrays of {size} numbers each, past {name}; without it, one.")})
+                f"trace=true counts {copies} x {size} numbers against {name}; without it, {size}.")})
         raise
 
 
@@ -208,7 +213,7 @@ def _scores_culprits(params: Params) -> list[str]:
 def _input_culprits(params: Params) -> list[str]:
     """A layer's input (X, or the Q, K, V projected from it) is the request's ``embeddings`` or ``tokens``, and
     its explicit ``weights`` if any (as likely to have made the numbers overflow)."""
-    given = [pointer("tokens" if "tokens" in params else "embeddings")]
+    given = [pointer(input_member(params))]
     return [*given, pointer("weights")] if params.get("weights") else given
 
 

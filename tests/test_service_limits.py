@@ -50,7 +50,7 @@ def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> di
     ({"max_heads": 2}, "/v1/multi-head-attention", {"tokens": ["cat"], "n_heads": 2},
      {"tokens": ["cat"], "n_heads": 4}, "max_heads", "/n_heads"),
     ({"max_weight_elements": 2 * 2 * 9}, "/v1/encoder", {"tokens": ["cat"] * 3, "n_heads": 2, "n_layers": 2},
-     {"tokens": ["cat"] * 3, "n_heads": 2, "n_layers": 3}, "max_weight_elements", "/embeddings"),
+     {"tokens": ["cat"] * 3, "n_heads": 2, "n_layers": 3}, "max_weight_elements", "/tokens"),
     ({"max_layers": 2}, "/v1/encoder", {"tokens": ["cat"], "n_heads": 1, "n_layers": 2},
      {"tokens": ["cat"], "n_heads": 1, "n_layers": 3}, "max_layers", "/n_layers"),
     ({"max_d_ff": 16}, "/v1/encoder", {"tokens": ["cat"], "n_heads": 1, "d_ff": 16},
@@ -126,6 +126,26 @@ def test_body_bytes_at_and_past_the_limit():
     assert_problem(past.post("/v1/attention", data=body, content_type="application/json"), 413)
 
 
+def test_trace_is_blamed_for_its_own_limit_only():
+    """Trace takes the weights past their limit: /trace is named. Without it, another limit (the encoder's
+    feed-forward width) still refuses the request, and names what it judges."""
+    client = client_with(max_weight_elements=2 * 3 * 3, max_output_elements=3 * 32)
+    body = {"embeddings": np.ones((3, 8)).tolist(), "n_heads": 2, "n_layers": 1, "d_ff": 33}
+    traced = assert_problem(client.post("/v1/encoder", json={**body, "trace": True}), 422, "/embeddings", "/trace")
+    assert traced["limit"]["name"] == "max_weight_elements"
+    plain = assert_problem(client.post("/v1/encoder", json=body), 422, "/d_ff")
+    assert plain["limit"]["name"] == "max_output_elements"
+
+
+@pytest.mark.parametrize(("path", "options"), [("/v1/self-attention", {}), ("/v1/multi-head-attention", {"n_heads": 1}),
+                                               ("/v1/encoder", {"n_heads": 1})])
+def test_the_weights_limit_names_the_member_that_holds_the_sentence(path, options):
+    body = {"tokens": ["the", "cat", "ate"], **options}  # 9 weights
+    assert_problem(client_with(max_weight_elements=8).post(path, json=body), 422, "/tokens")
+    assert_problem(client_with(max_weight_elements=8).post(path, json={"embeddings": np.ones((3, 4)).tolist(),
+                                                                       **options}), 422, "/embeddings")
+
+
 def test_a_per_head_mask_counts_each_head_once():
     """(h, n, n) masks: their head axis is h, not a batch axis multiplying h again."""
     client = client_with(max_weight_elements=2 * 3 * 3)
@@ -134,7 +154,7 @@ def test_a_per_head_mask_counts_each_head_once():
     assert client.post("/v1/multi-head-attention", json={**body, "mask": per_head}).status_code == 200
     assert client.post("/v1/encoder", json={**body, "n_layers": 1, "mask": per_head}).status_code == 200
     over = assert_problem(client_with(max_weight_elements=17).post("/v1/multi-head-attention",
-                                                                   json={**body, "mask": per_head}), 422, "/embeddings")
+                                                                   json={**body, "mask": per_head}), 422, "/tokens")
     assert over["limit"] == {"name": "max_weight_elements", "maximum": 17, "value": 18}
 
 
@@ -150,8 +170,8 @@ def test_a_trace_counts_its_four_score_stages_and_the_weights_beside_them(return
     refused = assert_problem(client_with(max_weight_elements=6 * arrays - 1).post("/v1/attention", json=traced),
                              422, "/query", "/trace")
     assert refused["limit"]["value"] == 6 * arrays
-    assert refused["errors"][1]["detail"] == (f"trace=true returns {arrays} arrays of 6 numbers each, past "
-                                              "max_weight_elements; without it, one.")
+    assert refused["errors"][1]["detail"] == (f"trace=true counts {arrays} x 6 numbers against max_weight_elements; "
+                                              "without it, 6.")
 
 
 @pytest.mark.parametrize(("path", "body", "name"), [
