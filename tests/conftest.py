@@ -16,11 +16,13 @@ from seed_reference import load_seed
 
 # The tests run the service with its defaults, as CI does, whatever a developer's shell has set: e.g. a
 # PROMETHEUS_MULTIPROC_DIR left from running gunicorn by hand puts service.metrics in multiprocess mode at import,
-# LOG_REQUESTS=0 silences the log lines tests read, ATTENTION_MAX_* move the limits. A test that needs a setting
-# passes it to its own app or server (the gunicorn servers get a fresh metrics directory each).
+# LOG_REQUESTS=0 silences the log lines tests read, ATTENTION_MAX_* move the limits, GUNICORN_* and WEB_CONCURRENCY
+# reach the test servers (which copy this environment). A test that needs a setting passes it to its own app or
+# server. tests/test_packaging.py checks that every variable the service reads is cleared here.
 SERVICE_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "LOG_REQUESTS", "LOG_BUFFER_BYTES", "LOG_FLUSH_SECONDS",
-                     "METRICS_FLUSH_SECONDS", "API_KEYS", "CORS_ORIGINS")
-for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.startswith("ATTENTION_"))]:
+                     "METRICS_FLUSH_SECONDS", "API_KEYS", "CORS_ORIGINS", "WEB_CONCURRENCY", "HOST", "PORT")
+SERVICE_PREFIXES = ("ATTENTION_", "GUNICORN_")  # the limits, gunicorn's settings, the metrics master's mark
+for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.startswith(SERVICE_PREFIXES))]:
     os.environ.pop(variable, None)
 
 from service import create_app  # noqa: E402  (after the clean-up above)
