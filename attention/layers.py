@@ -68,6 +68,14 @@ def _explicit(value, name: str, shape: tuple[int, ...], meaning: str) -> np.ndar
     return array
 
 
+def _finite_projections(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A trace's q, k, v, checked: finite input times the weights may overflow, and that is the input's fault,
+    said as such (the trace's own argument checks would call the projections non-finite input)."""
+    for projection in (q, k, v):
+        require_finite(projection, "X")
+    return q, k, v
+
+
 def _input(X: ArrayLike, name: str, d_model: int, min_rank: int = 2) -> np.ndarray:
     """The layer input (..., n, d_model) in the working dtype."""
     x = as_real_array(X, name, min_rank)
@@ -139,7 +147,7 @@ class SelfAttention:
 
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""
-        q, k, v = self._project(X)
+        q, k, v = _finite_projections(*self._project(X))
         stages = trace_attention(q, k, v, mask, causal=causal)
         return AttentionTrace(**{**stages.__dict__, "q": q, "k": k, "v": v})
 
@@ -290,7 +298,7 @@ class MultiHeadAttention:
 
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""
-        q, k, v = self._project(X)
+        q, k, v = _finite_projections(*self._project(X))
         mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
         stages = trace_attention(q, k, v, mask, causal=causal)
         with np.errstate(over="ignore", invalid="ignore"):

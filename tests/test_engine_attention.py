@@ -200,6 +200,13 @@ def test_overflowing_scores_are_reported_not_nan():
         attention.scaled_dot_product_attention(q, q, q)
 
 
+@pytest.mark.parametrize("layer", [attention.SelfAttention(4, 4), attention.MultiHeadAttention(4, 2)])
+def test_a_trace_reports_projections_that_overflow_as_an_overflow(layer):
+    """Not "values must be finite": the input is finite, its projections (or scores) overflowed."""
+    with pytest.raises(attention.AttentionError, match="overflowed"):
+        layer.trace(np.full((3, 4), 1.7e308))
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_scores_overflowing_to_minus_infinity_are_not_taken_for_masked(dtype):
     big = 1e200 if dtype == np.float64 else 1e30

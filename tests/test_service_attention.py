@@ -236,6 +236,16 @@ def test_attention_scores_that_overflow_point_at_query_key_and_a_given_scale(cli
     assert problem["detail"] == "the attention scores overflowed: input values are too large"
 
 
+@pytest.mark.parametrize(("path", "options"), [("/v1/self-attention", {}), ("/v1/multi-head-attention", {"n_heads": 2}),
+                                               ("/v1/encoder", {"n_heads": 2, "n_layers": 1})])
+def test_a_trace_whose_projections_overflow_says_so(client, path, options):
+    """Finite embeddings whose projections overflow: with trace too, an overflow, not "values must be finite"."""
+    body = {"embeddings": (np.eye(3, 4) * 1.7e308).tolist(), **options}
+    for trace in (False, True):
+        problem = assert_problem(client.post(path, json={**body, "trace": trace}), 422, "/embeddings")
+        assert "overflowed" in problem["detail"], (trace, problem["detail"])
+
+
 def test_an_overflow_with_explicit_weights_points_at_the_input_and_the_weights(client):
     body = {"tokens": ["cat", "it"], "d_model": 8, "n_heads": 4, "weights": _weights_of(1e308)}
     problem = assert_problem(client.post("/v1/multi-head-attention", json=body), 422, "/tokens", "/weights")
