@@ -187,8 +187,9 @@ LAYER_OPS = ("self-attention", "multi-head-attention", "encoder")
 
 def cost(op: str, params: Params, limits: Limits) -> int:
     """An item's share of the batch budget ``max_batch_elements``: the numbers it computes (attention
-    weights B * h * n_q * n_k, times layers, times 5 with trace (4 without the weights), plus its output, plus one per
-    ``MACS_PER_UNIT`` multiply-adds of its projections and feed-forward), and ``RETURNED_EXTRA`` more for
+    weights B * h * n_q * n_k, times layers, times 5 with trace (4 without the weights), plus its output, plus an
+    encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per ``MACS_PER_UNIT`` multiply-adds of its
+    projections and feed-forward), and ``RETURNED_EXTRA`` more for
     each number it returns (the weights unless return_weights is false, every stage with trace, the
     output): the answer is what takes a worker's memory. (The seeded weights a batch draws are counted
     once per distinct layer by :func:`seeded_draws`.)
@@ -198,7 +199,7 @@ def cost(op: str, params: Params, limits: Limits) -> int:
     """
     per_item = limits.max_sequence_length * limits.max_d_model
     trace = params.get("trace", False)
-    macs = 0
+    inner = 0  # what a layer computes but does not return: its hidden layer, its multiply-adds per unit
     if op == "positional-encoding":
         return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
     if op == "attention":
@@ -218,17 +219,21 @@ def cost(op: str, params: Params, limits: Limits) -> int:
         weights = batch * per_sentence
         # the output and the traced arrays along the positions, bounded together as compute bounds them
         output = min(batch * n * (shape.d_out + (shape.traced if trace else 0)), limits.max_output_elements)
-        macs = batch * n * shape.macs // MACS_PER_UNIT
+        # The feed-forward's hidden layer, as compute bounds it per layer: with d_model 1, a stack of such items
+        # (64 of 1024 positions, d_ff 2048) asked for 1 GB of it, where its multiply-adds counted next to nothing.
+        hidden = shape.layers * min(batch * n * shape.hidden, limits.max_output_elements)
+        inner = hidden + batch * n * shape.macs // MACS_PER_UNIT
     weights = min(weights * compute.weight_arrays(params), limits.max_weight_elements)
     returned = (weights if trace or params.get("return_weights", True) else 0) + output
-    return weights + output + macs + RETURNED_EXTRA * returned
+    return weights + output + inner + RETURNED_EXTRA * returned
 
 
 @dataclasses.dataclass(frozen=True)
 class _LayerShape:
     """Sizes of a self-attention, multi-head or encoder item, each at most its limit. Per position:
     ``traced`` numbers its trace returns besides weights and output, ``macs`` multiply-adds of its
-    projections and feed-forward. ``drawn``: random numbers its seeded weights take."""
+    projections and feed-forward, ``hidden`` numbers of the feed-forward's hidden layer in each layer (d_ff).
+    ``drawn``: random numbers its seeded weights take."""
 
     d_out: int
     heads: int
@@ -236,6 +241,7 @@ class _LayerShape:
     traced: int
     macs: int
     drawn: int
+    hidden: int = 0
 
 
 def _sentence(params: Params) -> tuple[int, int, int]:
@@ -259,7 +265,7 @@ def _layer_shape(op: str, params: Params, d_model: int, limits: Limits) -> _Laye
     layers, d_ff = min(params["n_layers"], limits.max_layers), min(params.get("d_ff", 4 * d), limits.max_d_ff)
     per_layer = 4 * d * d + 2 * d * d_ff  # and W_1, W_2
     return _LayerShape(d, heads, layers, traced=compute.ENCODER_TRACE_ARRAYS * d * layers, macs=layers * per_layer,
-                       drawn=layers * per_layer)
+                       drawn=layers * per_layer, hidden=d_ff)
 
 
 def seeded_draws(items: list[tuple[str, Params]], limits: Limits) -> int:

@@ -102,10 +102,10 @@ DESCRIPTIONS = {
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",
     "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
                           "B * h * n_q * n_k, times layers, times 5 with trace (4 without return_weights), plus "
-                          "outputs, plus one per 1024 multiply-adds of projections and feed-forward) plus 3 for each "
-                          "number they return (every "
-                          "trace array too: the answer takes the memory, ~8 M numbers at most), plus the random "
-                          "weights of each distinct seeded layer (413 above it).",
+                          "outputs, plus the encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per "
+                          "1024 multiply-adds of projections and feed-forward) plus 3 for each number they return "
+                          "(every trace array too: the answer takes the memory, ~8 M numbers at most), plus the "
+                          "random weights of each distinct seeded layer (413 above it).",
 }
 
 

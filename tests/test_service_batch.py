@@ -297,6 +297,9 @@ WORDS = ["the", "cat", "ate", "food", "it"]
                 "seed": i}, 256),
     # traces: q, k, v, add & norm, feed-forward and output of every layer are returned too (~280 MB of JSON)
     (lambda i: {"tokens": (WORDS * 6)[:27], "d_model": 512, "n_heads": 1, "n_layers": 6, "trace": True}, 100),
+    # one-number positions: the feed-forward's hidden layer is what is large (64 stacked: 1 GB, 4.6 s, from 0.5 MB)
+    (lambda i: {"embeddings": [[[1.0]]] * 1024, "n_heads": 1, "n_layers": 6, "d_ff": 2048, "return_weights": False,
+                "decimals": 0, "seed": 3}, 64),
 ])
 def test_batches_whose_work_the_items_shapes_hide_are_413_before_any_compute(client, body, items):
     started = time.monotonic()
