@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_problem
+import yaml
+from conftest import ROOT, assert_problem
 
 DEMO_NAMES = ["lookup", "scaling", "positional-encoding", "causal-mask", "multi-head"]
 
@@ -59,6 +60,16 @@ def test_demo_numbers_are_the_seed_s(client, seed_script):
     positional = client.get("/v1/demos/positional-encoding").get_json()["result"]
     assert positional["identical_without_positional_encoding"] is True
     assert positional["identical_with_positional_encoding"] is False
+
+
+def test_the_documented_demo_answer_is_the_real_one_cut_short(client):
+    """The spec's example for GET /v1/demos/{name}: causal-mask's own numbers, its first two tokens."""
+    spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    example = spec["paths"]["/v1/demos/{name}"]["get"]["responses"]["200"]["content"]["application/json"]["example"]
+    real = client.get("/v1/demos/causal-mask").get_json()
+    assert example["name"] == "causal-mask" and example["result"]["tokens"] == real["result"]["tokens"][:2]
+    for key in ("mask", "weights"):
+        assert example["result"][key] == [row[:2] for row in real["result"][key][:2]]
 
 
 def test_unknown_demo_is_404_naming_the_demos(client):
