@@ -17,8 +17,10 @@ from schemas.options import ComputeOptions, MaskOptions, OutputOptions
 from schemas.tensor import BoolTensor, Tensor
 
 # How the layers read a mask (attention.layers._layer_mask): one axis more than the embeddings is one mask per head.
-HEAD_MASK_SHAPE = ("broadcastable to (n, n) or (B, n, n), shared by every head; or one mask per head, with one axis "
-                   "more than the embeddings: (h, n, n) for (n, d_model) embeddings, (B, h, n, n) for (B, n, d_model)")
+# The short form goes into error messages, the rule into the spec.
+HEAD_MASK = {"shape": "broadcastable to (B, n, n), or per head (B, h, n, n)", "metadata": {"description": (
+    "Shape broadcastable to (n, n) or (B, n, n), shared by every head; or one mask per head, with one axis more "
+    "than the embeddings: (h, n, n) for (n, d_model) embeddings, (B, h, n, n) for (B, n, d_model).")}}
 
 
 class SentenceInput(Schema):
@@ -79,7 +81,7 @@ class MultiHeadRequest(SentenceRequest):
     n_heads = strict_int(1, required=True)
     weights = fields.Nested(HeadWeights, metadata={
         "description": "Explicit W_q, W_k, W_v per head and W_o instead of the seeded ones."})
-    mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), shape=HEAD_MASK_SHAPE)
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), **HEAD_MASK)
 
 
 class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
@@ -92,7 +94,7 @@ class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
     return_weights = strict_bool(load_default=True)
     trace = strict_bool(load_default=False, metadata={
         "description": "Add every layer's intermediates (`layers[i].trace`)."})
-    mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), shape=HEAD_MASK_SHAPE)  # per head, as MHA
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), **HEAD_MASK)  # per head, as MHA
 
 
 class ModelResponse(Schema):
