@@ -173,8 +173,20 @@ def test_max_batch_elements_at_and_past_the_boundary():
     at = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=budget)}).test_client()
     assert [a["status"] for a in at.post("/v1/batch", json=items).get_json()["responses"]] == [200] * 3
     past = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=budget - 1)}).test_client()
-    problem = assert_problem(past.post("/v1/batch", json=items), 413)
+    problem = assert_problem(past.post("/v1/batch", json=items), 413, "/requests/0", "/requests/1", "/requests/2")
     assert problem["limit"] == {"name": "max_batch_elements", "maximum": budget - 1, "value": budget}
+    assert [error["detail"] for error in problem["errors"]] == ["240 units of work"] * 3
+
+
+def test_a_batch_past_its_budget_names_its_costliest_items_first():
+    """Where to split it: the five costliest items, by their pointers; a bad item (its own 422) counts nothing."""
+    small, large = {"embeddings": np.ones((3, 4)).tolist(), "n_heads": 2}, {"embeddings": np.ones((9, 4)).tolist(),
+                                                                          "n_heads": 2}
+    bodies = [small, large, {"n_heads": 2}, small, large, small, small, small]
+    items = {"requests": [{"id": str(i), "op": "multi-head-attention", "body": body} for i, body in enumerate(bodies)]}
+    client = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=100)}).test_client()
+    assert_problem(client.post("/v1/batch", json=items), 413, "/requests/1", "/requests/4", "/requests/0",
+                   "/requests/3", "/requests/5")
 
 
 def test_a_batch_whose_answer_would_not_fit_a_worker_is_refused_before_compute(client):

@@ -43,10 +43,19 @@ class BatchTooLarge(ProblemError):
     code = 413
     problem_type = LIMIT_EXCEEDED
 
-    def __init__(self, name: str, value: int, maximum: int) -> None:
+    def __init__(self, name: str, value: int, maximum: int, errors: list[dict[str, str]] | None = None) -> None:
         super().__init__(f"The batch has {value} {'items' if name == 'max_batch_items' else 'units of work'}; "
                          f"the limit {name} is {maximum} (see GET /v1/limits). Split it.",
-                         limit={"name": name, "maximum": maximum, "value": value})
+                         limit={"name": name, "maximum": maximum, "value": value}, errors=errors)
+
+
+HEAVIEST_NAMED = 5  # items a batch past its budget names, the costliest first: where to split it
+
+
+def _heaviest(indexes: list[int], costs: list[int]) -> list[dict[str, str]]:
+    """The costliest items (pointer and units of work), at most HEAVIEST_NAMED, the costliest first."""
+    ranked = sorted(zip(costs, indexes, strict=True), key=lambda pair: (-pair[0], pair[1]))[:HEAVIEST_NAMED]
+    return [{"pointer": pointer("requests", index), "detail": f"{cost} units of work"} for cost, index in ranked]
 
 
 def _count_items(body: Any) -> None:
@@ -66,9 +75,11 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     outcomes: list[Any] = [_load(index, item) for index, item in enumerate(requests)]
     valid = [(index, outcome) for index, outcome in enumerate(outcomes) if not isinstance(outcome, Exception)]
     items = [item for _, item in valid]
-    total = sum(batching.cost(op, params, limits) for op, params in items) + batching.seeded_draws(items, limits)
+    costs = [batching.cost(op, params, limits) for op, params in items]
+    total = sum(costs) + batching.seeded_draws(items, limits)
     if total > limits.max_batch_elements:
-        raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements)
+        raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements,
+                            _heaviest([index for index, _ in valid], costs))
     results = batching.run(items, limits)
     for (index, (_, params)), result in zip(valid, results, strict=True):
         if isinstance(result, Exception):
