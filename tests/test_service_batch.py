@@ -319,3 +319,4 @@ def test_batches_whose_work_the_items_shapes_hide_are_413_before_any_compute(cli
                                                             for i in range(items)]})
     problem = assert_problem(response, 413)
     assert problem["limit"]["name"] == "max_batch_elements" and time.monotonic() - started < 2
+    assert len(problem["errors"]) == 5 and "of them the random weights its seeded layers draw" in problem["detail"]

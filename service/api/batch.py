@@ -43,10 +43,13 @@ class BatchTooLarge(ProblemError):
     code = 413
     problem_type = LIMIT_EXCEEDED
 
-    def __init__(self, name: str, value: int, maximum: int, errors: list[dict[str, str]] | None = None) -> None:
-        super().__init__(f"The batch has {value} {'items' if name == 'max_batch_items' else 'units of work'}; "
-                         f"the limit {name} is {maximum} (see GET /v1/limits). Split it.",
-                         limit={"name": name, "maximum": maximum, "value": value}, errors=errors)
+    def __init__(self, name: str, value: int, maximum: int, errors: list[dict[str, str]] | None = None,
+                 drawn: int = 0) -> None:
+        what = "items" if name == "max_batch_items" else "units of work"
+        if drawn:
+            what += f" ({drawn} of them the random weights its seeded layers draw)"
+        super().__init__(f"The batch has {value} {what}; the limit {name} is {maximum} (see GET /v1/limits). "
+                         "Split it.", limit={"name": name, "maximum": maximum, "value": value}, errors=errors)
 
 
 HEAVIEST_NAMED = 5  # items a batch past its budget names, the costliest first: where to split it
@@ -76,10 +79,10 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     valid = [(index, outcome) for index, outcome in enumerate(outcomes) if not isinstance(outcome, Exception)]
     items = [item for _, item in valid]
     costs = [batching.cost(op, params, limits) for op, params in items]
-    total = sum(costs) + batching.seeded_draws(items, limits)
-    if total > limits.max_batch_elements:
-        raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements,
-                            _heaviest([index for index, _ in valid], costs))
+    drawn = batching.seeded_draws(items, limits)
+    if sum(costs) + drawn > limits.max_batch_elements:
+        raise BatchTooLarge("max_batch_elements", sum(costs) + drawn, limits.max_batch_elements,
+                            _heaviest([index for index, _ in valid], costs), drawn)
     results = batching.run(items, limits)
     for (index, (_, params)), result in zip(valid, results, strict=True):
         if isinstance(result, Exception):
