@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import conftest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 def test_every_python_package_is_listed_in_pyproject():

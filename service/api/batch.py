@@ -80,8 +80,8 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     items = [item for _, item in valid]
     costs = [batching.cost(op, params, limits) for op, params in items]
     drawn = batching.seeded_draws(items, limits)
-    if sum(costs) + drawn > limits.max_batch_elements:
-        raise BatchTooLarge("max_batch_elements", sum(costs) + drawn, limits.max_batch_elements,
+    if (total := sum(costs) + drawn) > limits.max_batch_elements:
+        raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements,
                             _heaviest([index for index, _ in valid], costs), drawn)
     results = batching.run(items, limits)
     for (index, (_, params)), result in zip(valid, results, strict=True):
