@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import glob
 import logging
 import operator
 import os
@@ -31,6 +32,7 @@ from prometheus_client import (
     multiprocess,
     values,
 )
+from prometheus_client.metrics_core import Metric
 
 from service.deferred import Deferred
 
@@ -165,12 +167,32 @@ def observe_batch(items: int) -> None:
     TALLY.observe(BATCH_ITEMS, items)
 
 
+class _SizedFilesCollector(multiprocess.MultiProcessCollector):
+    """prometheus-client's collector, minus the metrics files that are still empty.
+
+    A process creates its file and only then sizes it (MmapedDict.__init__), so for a moment the file
+    has 0 bytes; prometheus-client 0.26 fails the whole scrape on it (struct.error: its issue #1199),
+    and for good if the process was killed in that moment. An empty file holds no values yet, and a
+    file never shrinks, so skipping the ones empty when listed loses nothing and races nothing.
+    """
+
+    def collect(self) -> Iterable[Metric]:
+        return self.merge([path for path in glob.glob(os.path.join(self._path, "*.db")) if _has_bytes(path)])
+
+
+def _has_bytes(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:  # a dead worker's live gauge, removed since the listing
+        return False
+
+
 def exposition() -> tuple[bytes, str]:
     """The Prometheus text exposition and its content type: every worker's metrics in multiprocess mode
     (this worker's up to now, the others' up to their last flush)."""
     TALLY.flush()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        _SizedFilesCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

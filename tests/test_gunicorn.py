@@ -150,3 +150,24 @@ def test_a_metrics_directory_the_operator_names_is_emptied_of_metrics_files_neve
         assert list(tmp_path.glob("*.db"))  # the worker's own
     assert (tmp_path / "keep.txt").read_text() == "the operator's"
     assert not list(tmp_path.glob("*.db"))
+
+
+def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
+    """A worker creates its metrics file and only then sizes it: a scrape in that moment read 0 bytes and
+    answered 500 (prometheus-client's issue #1199), and would for good had the worker been killed then."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.launch import gunicorn
+
+    with gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2",
+                   "METRICS_FLUSH_SECONDS": "0"}) as server:
+        for _ in range(3):
+            assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
+        (tmp_path / "histogram_999999.db").touch()  # created, not yet sized, by a worker killed there
+        for _ in range(4):  # whichever worker answers
+            response = requests.get(f"{server.url}/metrics", timeout=10)
+            assert response.status_code == 200, response.text
+            counted = sum(sample.value for family in text_string_to_metric_families(response.text)
+                          for sample in family.samples
+                          if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
+            assert counted == 3
