@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from importlib.metadata import version
 from typing import Any
 
 import flask_smorest
@@ -24,6 +25,9 @@ from schemas.problem import Problem
 from schemas.tensor import Tensor
 from service.errors import PROBLEM_JSON, register_error_handlers
 from service.jsonio import JSON, dumps, parse_request
+
+PACKAGE = "attention-service"
+VERSION = version(PACKAGE)  # the one version (pyproject's): the spec's info.version and GET /v2's
 
 ERROR_RESPONSES = {
     400: ("MalformedJSON", "The body is not valid JSON, or it ended before its Content-Length."),
@@ -187,6 +191,6 @@ class Blueprint(flask_smorest.Blueprint):
 def init_api(app: Flask) -> Api:
     """The Api extension for this app (spec served by service.openapi, not by flask-smorest)."""
     app.config.setdefault("API_TITLE", "Attention as a service")
-    app.config.setdefault("API_VERSION", "1.0.0")
+    app.config.setdefault("API_VERSION", VERSION)
     app.config.setdefault("OPENAPI_VERSION", "3.1.0")
     return Api(app)

@@ -47,6 +47,13 @@ def test_checked_in_spec_is_what_the_code_generates(app):
     assert SPEC_FILE.read_text() == spec_yaml(app), "openapi.yaml is stale: run `make openapi`"
 
 
+def test_the_spec_and_v2_give_the_package_version(client):
+    import tomllib
+
+    package = tomllib.loads((SPEC_FILE.parent / "pyproject.toml").read_text())["project"]["version"]
+    assert SPEC["info"]["version"] == client.get("/v2").get_json()["version"] == package
+
+
 def test_spec_is_valid_openapi():
     validate(SPEC)
     assert SPEC["openapi"].startswith("3.1")

@@ -6,7 +6,6 @@ Views are thin: HTTP (body size, the binary header split) here, the inference in
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Any
 
 from flask import Response, request
@@ -25,7 +24,7 @@ from service import metrics
 from service.health import engine_ready
 from service.jsonio import check_depth, declared_charset, dumps, read_body
 from service.limits import Limits, current_limits
-from service.smorest import Blueprint
+from service.smorest import PACKAGE, VERSION, Blueprint
 from service.v2 import errors
 from service.v2.infer import infer
 from service.v2.models import MODELS, Model
@@ -66,14 +65,14 @@ def _ready(body: dict[str, Any], ready: bool) -> tuple[dict[str, Any], int]:
 
 
 @blp.route("", methods=["GET"])
-@blp.response(200, ServerMetadata, example={"name": "attention-service", "version": "0.1.0",
+@blp.response(200, ServerMetadata, example={"name": PACKAGE, "version": VERSION,
                                             "extensions": EXTENSIONS})
 def server_metadata() -> dict[str, Any]:
     """Server metadata.
 
     The server's name, version and the protocol extensions it supports.
     """
-    return {"name": "attention-service", "version": version("attention-service"), "extensions": EXTENSIONS}
+    return {"name": PACKAGE, "version": VERSION, "extensions": EXTENSIONS}
 
 
 @blp.route("/health/live", methods=["GET"])
