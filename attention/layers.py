@@ -147,8 +147,9 @@ class SelfAttention:
 
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage for X (..., n, d_model), including the projections q, k, v."""
-        q, k, v = _finite_projections(*self._project(X))
-        stages = trace_attention(q, k, v, mask, causal=causal)
+        q, k, v = self._project(X)
+        mask = _layer_mask(mask, q.shape[:-2], q.shape[-2], per_head=False)  # a bad mask first, as without trace
+        stages = trace_attention(*_finite_projections(q, k, v), mask, causal=causal)
         return AttentionTrace(**{**stages.__dict__, "q": q, "k": k, "v": v})
 
 
@@ -298,9 +299,9 @@ class MultiHeadAttention:
 
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""
-        q, k, v = _finite_projections(*self._project(X))
-        mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)
-        stages = trace_attention(q, k, v, mask, causal=causal)
+        q, k, v = self._project(X)
+        mask = _layer_mask(mask, q.shape[:-3], q.shape[-2], per_head=True, n_heads=self.n_heads)  # first, as untraced
+        stages = trace_attention(*_finite_projections(q, k, v), mask, causal=causal)
         with np.errstate(over="ignore", invalid="ignore"):
             output = self._mix(self._concatenate(stages.output))
         return AttentionTrace(**{**stages.__dict__, "output": output, "q": q, "k": k, "v": v})

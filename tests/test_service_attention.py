@@ -246,6 +246,16 @@ def test_a_trace_whose_projections_overflow_says_so(client, path, options):
         assert "overflowed" in problem["detail"], (trace, problem["detail"])
 
 
+@pytest.mark.parametrize(("path", "options"), [("/v1/self-attention", {}), ("/v1/multi-head-attention", {"n_heads": 2}),
+                                               ("/v1/encoder", {"n_heads": 2, "n_layers": 1})])
+def test_a_bad_mask_is_named_before_an_overflow_with_or_without_trace(client, path, options):
+    """The trace checked its projections for overflow before the mask: the same request named another error."""
+    body = {"embeddings": (np.eye(3, 4) * 1.7e308).tolist(), "mask": [[True, True]] * 2, **options}
+    answers = [assert_problem(client.post(path, json={**body, "trace": trace}), 422, "/mask")
+               for trace in (False, True)]
+    assert answers[0]["detail"] == answers[1]["detail"]
+
+
 def test_an_overflow_with_explicit_weights_points_at_the_input_and_the_weights(client):
     body = {"tokens": ["cat", "it"], "d_model": 8, "n_heads": 4, "weights": _weights_of(1e308)}
     problem = assert_problem(client.post("/v1/multi-head-attention", json=body), 422, "/tokens", "/weights")
