@@ -269,6 +269,13 @@ def test_a_forked_child_writes_its_own_metrics_file_named_by_its_pid(tmp_path):
     assert "attention_weight_elements_per_request_sum 8.0" in out.splitlines()
 
 
+def test_a_scrape_leaves_out_metrics_files_empty_or_removed_since_listed(tmp_path):
+    """Empty: created, not yet sized (the live case is in test_gunicorn). Removed: a dead worker's live gauge."""
+    (tmp_path / "histogram_1.db").touch()
+    assert not metrics._has_bytes(str(tmp_path / "histogram_1.db"))
+    assert not metrics._has_bytes(str(tmp_path / "gauge_livesum_2.db"))
+
+
 def test_log_timestamps_are_datetimes_iso_format_in_utc():
     from datetime import UTC, datetime
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import tomllib
 from urllib.parse import urlencode
 
 import pytest
 import yaml
+from conftest import ROOT
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from referencing import Registry, Resource
@@ -18,7 +19,7 @@ from service.api.heatmap import EXAMPLE as HEATMAP_EXAMPLE
 from service.openapi import spec_yaml
 from service.security import is_protected
 
-SPEC_FILE = Path(__file__).resolve().parents[1] / "openapi.yaml"
+SPEC_FILE = ROOT / "openapi.yaml"
 SPEC = yaml.safe_load(SPEC_FILE.read_text())
 # The v1 conventions (problem+json errors, 415/422): /v2 follows the inference protocol instead,
 # checked by test_v2_openapi.py.
@@ -48,9 +49,7 @@ def test_checked_in_spec_is_what_the_code_generates(app):
 
 
 def test_the_spec_and_v2_give_the_package_version(client):
-    import tomllib
-
-    package = tomllib.loads((SPEC_FILE.parent / "pyproject.toml").read_text())["project"]["version"]
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert SPEC["info"]["version"] == client.get("/v2").get_json()["version"] == package
 
 

@@ -11,10 +11,11 @@ from conftest import ROOT
 from test_v2_errors import HEADER, MHA, QKV, SDPA, binary, send, tensor
 
 import attention
+from service.smorest import VERSION
 
 
 def test_server_metadata_and_health(client):
-    assert client.get("/v2").get_json() == {"name": "attention-service", "version": "0.1.0",
+    assert client.get("/v2").get_json() == {"name": "attention-service", "version": VERSION,
                                             "extensions": ["binary_tensor_data"]}
     assert client.get("/v2/health/live").get_json() == {"live": True}
     assert client.get("/v2/health/ready").get_json() == {"ready": True}
