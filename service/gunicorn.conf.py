@@ -7,7 +7,8 @@ GUNICORN_ACCESSLOG [off; "-" for stdout; the app writes its own JSON line per re
 GUNICORN_LOGLEVEL [info], GUNICORN_MALLOC_KEEP_MB [64], GUNICORN_PRELOAD [1], the BLAS thread variables
 OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1], and PROMETHEUS_MULTIPROC_DIR [a fresh
 directory per instance under $TMPDIR, removed at exit; one directory per instance, never shared: a
-directory you name is emptied of *.db files at start and exit, not removed].
+directory you name is emptied of *.db files at start and exit, not removed; the two masters of an
+upgrade in place (USR2) share a named directory and empty it at neither end].
 """
 
 import glob
@@ -80,6 +81,10 @@ preload_app = os.environ.get("GUNICORN_PRELOAD", "1") != "0"
 # emptied first (stale files of dead pids would be summed). So: here, when the config is loaded.
 # A directory the operator names is only emptied of metrics files (*.db), never removed; and only at
 # the first load in this master: a configuration reload (SIGHUP) must not wipe the live workers' files.
+# An upgrade in place (USR2) runs a new master beside this one until the operator stops one of them:
+# neither may empty or remove what the other's workers write. The new master (GUNICORN_PID set) keeps
+# a named directory's files (so its counters go on), never gets this master's own directory (pre_exec),
+# and a master with a partner leaves a named directory's files at exit (on_exit).
 _own_dir = os.path.join(tempfile.gettempdir(), f"attention-metrics-{os.getpid()}")
 metrics_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", _own_dir)
 
@@ -92,7 +97,8 @@ def _remove_metrics_files() -> None:
 os.makedirs(metrics_dir, exist_ok=True)
 if os.environ.get("ATTENTION_METRICS_MASTER") != f"{os.getpid()}:{metrics_dir}":
     os.environ["ATTENTION_METRICS_MASTER"] = f"{os.getpid()}:{metrics_dir}"
-    _remove_metrics_files()  # stale files of dead pids would be summed in
+    if metrics_dir == _own_dir or "GUNICORN_PID" not in os.environ:
+        _remove_metrics_files()  # stale files of dead pids would be summed in
 
 
 def child_exit(server, worker):  # master, after a worker exited (recycled, killed, timed out)
@@ -101,10 +107,18 @@ def child_exit(server, worker):  # master, after a worker exited (recycled, kill
     multiprocess.mark_process_dead(worker.pid)  # its in-flight gauge no longer counts
 
 
+def pre_exec(server):  # the new master of an upgrade in place (USR2), before it execs
+    # After a SIGHUP, the environment it is given holds this master's variables: it makes its own directory.
+    server.cfg.env_orig.pop("ATTENTION_METRICS_MASTER", None)
+    if server.cfg.env_orig.get("PROMETHEUS_MULTIPROC_DIR") == _own_dir:
+        del server.cfg.env_orig["PROMETHEUS_MULTIPROC_DIR"]
+
+
 def on_exit(server):
-    _remove_metrics_files()
     if metrics_dir == _own_dir:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        shutil.rmtree(metrics_dir, ignore_errors=True)  # nobody else's
+    elif server.reexec_pid == server.master_pid == 0:  # no other master of an upgrade writes there
+        _remove_metrics_files()
 
 
 # One sendall per response (bodies up to ONE_WRITE_MAX): gunicorn writes the status line and headers,

@@ -34,6 +34,15 @@ NGINX_CONF = (ROOT / "deploy" / "nginx.conf").read_text()
 START_TIMEOUT = 30.0
 
 
+def wait_for(condition, timeout: float, what: str):
+    """Poll ``condition()`` until it gives something true, and return that; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return found
+
+
 def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
     """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
     deadline = time.monotonic() + START_TIMEOUT

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,10 @@ import numpy as np
 import pytest
 import requests
 from conftest import gunicorn_server
-from servers import Gunicorn
+from prometheus_client.parser import text_string_to_metric_families
+from servers import Gunicorn, wait_for
+
+from service.launch import Server, gunicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,8 +145,6 @@ def test_a_worker_gives_back_what_a_large_answer_took():
 
 
 def test_a_metrics_directory_the_operator_names_is_emptied_of_metrics_files_never_removed(tmp_path):
-    from service.launch import gunicorn
-
     (tmp_path / "keep.txt").write_text("the operator's")
     (tmp_path / "counter_999999.db").write_bytes(b"a dead instance's")
     with gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "1"}) as server:
@@ -155,10 +158,6 @@ def test_a_metrics_directory_the_operator_names_is_emptied_of_metrics_files_neve
 def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
     """A worker creates its metrics file and only then sizes it: a scrape in that moment read 0 bytes and
     answered 500 (prometheus-client's issue #1199), and would for good had the worker been killed then."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from service.launch import gunicorn
-
     with gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2",
                    "METRICS_FLUSH_SECONDS": "0"}) as server:
         for _ in range(3):
@@ -171,3 +170,77 @@ def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
                           for sample in family.samples
                           if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
             assert counted == 3
+
+
+def _new_master(old: Server) -> int | None:
+    """The master an upgrade in place (USR2) started: the old master's child told GUNICORN_PID, once it has workers."""
+    for pid in old.worker_pids():
+        with contextlib.suppress(FileNotFoundError):
+            if b"GUNICORN_PID=" in Path(f"/proc/{pid}/environ").read_bytes() and len(_children(pid)) == 2:
+                return pid
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    with contextlib.suppress(FileNotFoundError):  # gone
+        return Server("", pid).worker_pids()
+    return []
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie its parent has not reaped (this test, an init that never does)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize(("named", "reloaded"), [(False, True), (True, False)],
+                         ids=["own directory, reloaded first", "named directory"])
+def test_an_upgrade_in_place_keeps_requests_and_metrics_working(tmp_path, named, reloaded):
+    """USR2 starts a second master; the operator then stops the old one. The old master used to empty the metrics
+    directory the new one used (a named one; or its own, which a SIGHUP had written into the environment the new
+    master got) and to remove it at exit: from then on /metrics, and after a worker recycled every request, was a 500.
+    """
+    (tmp_path / "tmp").mkdir()
+    env = {"WEB_CONCURRENCY": "2", "METRICS_FLUSH_SECONDS": "0", "LOG_REQUESTS": "0", "TMPDIR": str(tmp_path / "tmp")}
+    if named:
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
+    with gunicorn(env) as server:
+
+        def answer(times: int) -> None:
+            for _ in range(times):
+                assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
+
+        def counted() -> float:
+            response = requests.get(f"{server.url}/metrics", timeout=10)
+            assert response.status_code == 200, response.text
+            return sum(sample.value for family in text_string_to_metric_families(response.text)
+                       for sample in family.samples
+                       if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
+
+        answer(5)
+        if reloaded:
+            before = set(server.worker_pids())
+            os.kill(server.pid, signal.SIGHUP)
+            wait_for(lambda: len(now := set(server.worker_pids())) == 2 and not now & before, 30, "new workers")
+        os.kill(server.pid, signal.SIGUSR2)
+        master = wait_for(lambda: _new_master(server), 30, "the new master and its workers")
+        try:
+            answer(5)  # both masters' workers accept now
+            os.kill(server.pid, signal.SIGTERM)
+            wait_for(lambda: _exited(server.pid), 30, "the old master's exit")
+            answer(5)
+            recycled = _children(master)
+            for worker in recycled:  # as max_requests does: the new workers open their metrics files anew
+                os.kill(worker, signal.SIGTERM)
+            wait_for(lambda: len(now := set(_children(master))) == 2 and not now & set(recycled), 30, "new workers")
+            answer(5)
+            total = counted()
+            assert total == 20 if named else total >= 10  # a named directory's counts go on across the upgrade
+        finally:
+            os.kill(master, signal.SIGTERM)
+            wait_for(lambda: _exited(master), 30, "the new master's exit")
+    assert list((tmp_path / "tmp").iterdir()) == []  # each master removed its own directory
+    if named:
+        assert list((tmp_path / "metrics").glob("*.db")) == []

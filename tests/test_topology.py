@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from servers import (
     interpolate,
     needs_nginx,
     render_nginx_conf,
+    wait_for,
 )
 
 from service.limits import Limits
@@ -162,13 +162,6 @@ class Load:
         self.stopping.set()
         for thread in self.threads:
             thread.join(timeout=30)
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @needs_nginx
