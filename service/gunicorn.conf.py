@@ -29,6 +29,9 @@ graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "1000"))
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+# gunicorn 25+'s admin socket (gunicornc: scale, reload, stop) is one path per user, each new master unlinking the
+# last one's: replicas on one host took it from each other. Nothing here uses it: off.
+control_socket_disable = True
 # gunicorn answers a longer request line itself (problem+json: write_problem below); up to it, the app does.
 limit_request_line = 8190
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")

@@ -103,6 +103,7 @@ def test_gunicorn_defaults(monkeypatch):
     assert (conf["timeout"], conf["graceful_timeout"], conf["max_requests"], conf["max_requests_jitter"]) == (
         30, 20, 10000, 1000)
     assert conf["preload_app"] is True                # a recycled worker forks from the loaded app
+    assert conf["control_socket_disable"] is True     # no admin socket shared by every instance of the user
     assert load_conf(monkeypatch, GUNICORN_PRELOAD="0")["preload_app"] is False
 
 
