@@ -8,7 +8,8 @@ GUNICORN_LOGLEVEL [info], GUNICORN_MALLOC_KEEP_MB [64], GUNICORN_PRELOAD [1], th
 OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1], and PROMETHEUS_MULTIPROC_DIR [a fresh
 directory per instance under $TMPDIR, removed at exit; one directory per instance, never shared: a
 directory you name is emptied of *.db files at start and exit, not removed; the two masters of an
-upgrade in place (USR2) share a named directory and empty it at neither end].
+upgrade in place (USR2) share a named directory: the new one does not empty it, and a master leaves
+it as it is while the other runs].
 """
 
 import glob
@@ -117,10 +118,24 @@ def pre_exec(server):  # the new master of an upgrade in place (USR2), before it
         del server.cfg.env_orig["PROMETHEUS_MULTIPROC_DIR"]
 
 
+def _partner_alive(server) -> bool:
+    """Whether the other master of an upgrade in place still runs. gunicorn's own marks lag: master_pid stays set
+    until the loop notices the old master left (~1 s), reexec_pid until the new one is reaped. (Both masters
+    stopped at once each see the other alive: the files stay until the next start empties them.)"""
+    if server.master_pid and server.master_pid == os.getppid():  # the old master, our parent, is still there
+        return True
+    if server.reexec_pid:  # the new master, our child: running unless waitpid reaps it now
+        try:
+            return os.waitpid(server.reexec_pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+    return False
+
+
 def on_exit(server):
     if metrics_dir == _own_dir:
         shutil.rmtree(metrics_dir, ignore_errors=True)  # nobody else's
-    elif server.reexec_pid == server.master_pid == 0:  # no other master of an upgrade writes there
+    elif not _partner_alive(server):  # else the other master's workers still write there
         _remove_metrics_files()
 
 
