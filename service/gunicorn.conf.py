@@ -108,7 +108,13 @@ if os.environ.get("ATTENTION_METRICS_MASTER") != f"{os.getpid()}:{metrics_dir}":
 def child_exit(server, worker):  # master, after a worker exited (recycled, killed, timed out)
     from prometheus_client import multiprocess
 
+    from service.metrics import fold_exited_worker
+
     multiprocess.mark_process_dead(worker.pid)  # its in-flight gauge no longer counts
+    try:
+        fold_exited_worker(worker.pid, metrics_dir)  # its counts into one file for all exited workers
+    except Exception:  # e.g. a full disk: its files stay, still counted; the master must go on
+        server.log.exception("could not fold the metrics files of exited worker %s", worker.pid)
 
 
 def pre_exec(server):  # the new master of an upgrade in place (USR2), before it execs

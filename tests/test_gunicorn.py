@@ -173,6 +173,22 @@ def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
             assert counted == 3
 
 
+def test_recycled_workers_leave_their_counts_not_their_files(tmp_path):
+    """Each exited worker left two metrics files for good, and a scrape reads every file (~0.2 ms each)."""
+    with gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2", "METRICS_FLUSH_SECONDS": "0",
+                   "GUNICORN_MAX_REQUESTS": "4", "GUNICORN_MAX_REQUESTS_JITTER": "0", "LOG_REQUESTS": "0"}) as server:
+        for _ in range(40):  # about 10 workers recycled
+            assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
+        response = requests.get(f"{server.url}/metrics", timeout=10)
+        counted = sum(sample.value for family in text_string_to_metric_families(response.text)
+                      for sample in family.samples
+                      if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
+        files = sorted(path.name for path in tmp_path.glob("*.db"))
+    assert counted == 40
+    assert len([name for name in files if name.startswith("counter_")]) <= 3, files  # the exited + 2 live workers'
+    assert len(files) <= 10, files
+
+
 def _children(pid: int) -> list[int]:
     with contextlib.suppress(FileNotFoundError):  # gone
         return Server("", pid).worker_pids()

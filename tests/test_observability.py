@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
+import threading
 
 import orjson
 import pytest
-from conftest import assert_problem
+from conftest import ROOT, assert_problem
 from prometheus_client.parser import text_string_to_metric_families
 
 from service import create_app, metrics
@@ -40,6 +41,13 @@ def elements_sum() -> float:
     """The attention weights counted so far in this process (updates are applied in batches: test_metrics)."""
     metrics.TALLY.flush()
     return metrics.ELEMENTS._sum.get()
+
+
+def run_python(code: str, **env: str) -> list[str]:
+    """The output lines of ``code`` run by a fresh interpreter in the repository, with only PATH and ``env`` set
+    (the metrics' mode is chosen at import)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                          env={"PATH": os.environ.get("PATH", ""), **env}).stdout.splitlines()
 
 
 def log_lines(capfd) -> list[dict]:
@@ -244,10 +252,7 @@ def test_a_request_refused_by_a_limit_or_the_engine_is_not_counted(client):
 def test_a_new_app_has_counted_no_work():
     code = ("from service import create_app, metrics; create_app(); metrics.TALLY.flush(); "
             "print(metrics.ELEMENTS._sum.get(), sum(bucket.get() for bucket in metrics.ELEMENTS._buckets))")
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PATH": os.environ.get("PATH", "")}, cwd=root).stdout.split()
-    assert out[-2:] == ["0.0", "0.0"]
+    assert run_python(code)[-1].split() == ["0.0", "0.0"]
 
 
 def test_a_forked_child_writes_its_own_metrics_file_named_by_its_pid(tmp_path):
@@ -261,12 +266,51 @@ def test_a_forked_child_writes_its_own_metrics_file_named_by_its_pid(tmp_path):
             "os.waitpid(child, 0)\n"
             "print(os.getpid(), child)\n"
             "print(metrics.exposition()[0].decode())\n")
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
-                         env={"PATH": os.environ.get("PATH", ""), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}).stdout
-    parent, child = out.splitlines()[0].split()
+    lines = run_python(code, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    parent, child = lines[0].split()
     assert {f"histogram_{parent}.db", f"histogram_{child}.db"} <= set(os.listdir(tmp_path))
-    assert "attention_weight_elements_per_request_sum 8.0" in out.splitlines()
+    assert "attention_weight_elements_per_request_sum 8.0" in lines
+
+
+def test_exited_workers_fold_into_one_file_per_kind_and_the_scrape_stays_the_same(tmp_path):
+    code = ("import os\n"
+            "from service import metrics\n"
+            "metrics.ELEMENTS.observe(3)\n"
+            "children = []\n"
+            "for amount in (5, 7):\n"
+            "    child = os.fork()\n"
+            "    if child == 0:\n"
+            "        metrics.ELEMENTS.observe(amount)\n"
+            "        metrics.REQUESTS.labels('/v1/limits', 'GET', '200').inc()\n"
+            "        os._exit(0)\n"
+            "    os.waitpid(child, 0)\n"
+            "    children.append(child)\n"
+            "before = metrics.exposition()[0]\n"
+            "for child in children:\n"
+            "    metrics.fold_exited_worker(child, os.environ['PROMETHEUS_MULTIPROC_DIR'])\n"
+            "print(os.getpid(), *children)\n"
+            "same = sorted(before.splitlines()) == sorted(metrics.exposition()[0].splitlines())\n"
+            "print(same)\n"
+            "print(metrics.exposition()[0].decode())\n")
+    lines = run_python(code, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    parent, *children = lines[0].split()
+    assert lines[1] == "True"  # the same lines (their order follows the order files are listed in)
+    assert "attention_weight_elements_per_request_sum 15.0" in lines
+    assert 'http_requests_total{method="GET",route="/v1/limits",status="200"} 2.0' in lines
+    left = {name for name in os.listdir(tmp_path) if name.startswith(("counter", "histogram"))}
+    assert left == {f"histogram_{parent}.db", "counter_exited.db", "histogram_exited.db"}, children
+
+
+def test_a_fold_waits_for_the_scrapes_reading_the_directory(tmp_path):
+    """Else a scrape could read a worker's values twice (in its file and the folded one) or not at all."""
+    (tmp_path / "counter_7.db").touch()
+    folded = threading.Event()
+    with metrics._directory_lock(str(tmp_path), fcntl.LOCK_SH):
+        thread = threading.Thread(target=lambda: (metrics.fold_exited_worker(7, str(tmp_path)), folded.set()))
+        thread.start()
+        assert not folded.wait(0.2)
+    thread.join(5)
+    assert folded.is_set() and not (tmp_path / "counter_7.db").exists()
 
 
 def test_a_scrape_leaves_out_metrics_files_empty_or_removed_since_listed(tmp_path):
