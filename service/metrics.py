@@ -2,7 +2,7 @@
 
 Under gunicorn the metrics are in prometheus-client's multiprocess mode: gunicorn.conf.py sets
 PROMETHEUS_MULTIPROC_DIR (and empties it) before any worker imports prometheus_client, marks
-dead workers and folds their files into one (:func:`fold_exited_worker`); :func:`exposition` then
+dead workers and folds their files into one per kind; :func:`exposition` then
 sums every worker's files, so a scrape that lands on any
 worker sees the whole instance. Without that variable (tests, ``flask run``) the process's own
 registry is served. Labels are bounded: ``route`` is the URL rule (``/v1/demos/<string:name>``), never
@@ -35,7 +35,6 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.metrics_core import Metric
-from prometheus_client.mmap_dict import MmapedDict
 
 from service.deferred import Deferred
 
@@ -193,41 +192,14 @@ def _has_bytes(path: str) -> bool:
 
 @contextmanager
 def _directory_lock(directory: str, operation: int) -> Iterator[None]:
-    """flock on the metrics directory itself (no lock file left in it): scrapes share it, a fold takes it alone."""
+    """flock on the metrics directory itself (no lock file left in it): scrapes share it; the gunicorn master's fold
+    of exited workers' files (gunicorn.conf.py) takes it alone."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, operation)
         yield
     finally:
         os.close(fd)  # and with it the lock
-
-
-EXITED = "exited"  # counter_exited.db, histogram_exited.db: what the exited workers counted, added up
-
-
-def fold_exited_worker(pid: int, directory: str) -> None:
-    """Add an exited worker's counter and histogram values into the directory's ``<kind>_exited.db`` and remove
-    its files. Without this every exited worker (recycled by max_requests, killed) leaves its files for good, and
-    a scrape reads them all, ~0.2 ms each: seconds after weeks of recycling. Called by the gunicorn master once
-    the worker is gone; its live gauge's file is mark_process_dead's to remove."""
-    with _directory_lock(directory, fcntl.LOCK_EX):
-        for kind in ("counter", "histogram"):
-            path = os.path.join(directory, f"{kind}_{pid}.db")
-            if not os.path.exists(path):
-                continue
-            if _has_bytes(path):  # an empty one (killed while creating it) holds nothing
-                _add_into(os.path.join(directory, f"{kind}_{EXITED}.db"), MmapedDict.read_all_values_from_file(path))
-            os.remove(path)
-
-
-def _add_into(path: str, values: Iterable[tuple]) -> None:
-    """Add (key, value, timestamp, position) entries of a metrics file into the file at ``path``, key by key."""
-    total = MmapedDict(path)
-    try:
-        for key, value, timestamp, _ in values:
-            total.write_value(key, total.read_value(key)[0] + value, timestamp)
-    finally:
-        total.close()
 
 
 def exposition() -> tuple[bytes, str]:

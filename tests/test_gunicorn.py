@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import logging
 import os
 import signal
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import requests
 from conftest import gunicorn_server
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 from servers import Gunicorn, wait_for
 
+from service import metrics
 from service.launch import Server, gunicorn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,6 +194,41 @@ def test_recycled_workers_leave_their_counts_not_their_files(tmp_path):
     assert counted == 40
     assert len([name for name in files if name.startswith("counter_")]) <= 3, files  # the exited + 2 live workers'
     assert len(files) <= 10, files
+
+
+def _exited_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    with subprocess.Popen(["true"]) as process:
+        process.wait()
+    return process.pid
+
+
+def test_a_fold_never_waits_long_for_scrapes_and_takes_what_it_left_at_the_next_exit(monkeypatch, tmp_path):
+    """The master's loop is what times out stuck workers: a scrape holding the lock (a worker stopped mid-scrape)
+    must not stop it. What a fold leaves stays counted, and the next fold takes it."""
+    conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    exited = tmp_path / f"counter_{_exited_pid()}.db"
+    exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [2.0, 0.0]}))
+    with metrics._directory_lock(str(tmp_path), fcntl.LOCK_SH):  # a scrape reading
+        fold = threading.Thread(target=conf["_fold_exited_workers"], daemon=True)  # a thread: a regression fails,
+        fold.start()                                                                # it does not hang the suite
+        fold.join(5)
+        assert not fold.is_alive() and exited.exists()
+    conf["_fold_exited_workers"]()
+    assert not exited.exists()
+    [(key, value, _, _)] = MmapedDict.read_all_values_from_file(str(tmp_path / "counter_exited.db"))
+    assert (key, value) == ('["x", "x_total", {}, "help"]', 2.0)
+
+
+def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(monkeypatch, tmp_path, caplog):
+    conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    worker = SimpleNamespace(pid=_exited_pid())
+    exited = tmp_path / f"histogram_{worker.pid}.db"
+    exited.write_bytes(conf["_metrics_file"]({'["h", "h_sum", {}, "help"]': [3.0, 0.0]}))
+    (tmp_path / ".exited.partial").mkdir()  # writing the new total fails, as on a full disk
+    conf["child_exit"](SimpleNamespace(log=logging.getLogger("gunicorn.error")), worker)
+    assert "could not fold" in caplog.text
+    assert exited.exists() and not (tmp_path / "histogram_exited.db").exists()  # still counted, once
 
 
 def _children(pid: int) -> list[int]:
