@@ -113,11 +113,11 @@ if os.environ.get("ATTENTION_METRICS_MASTER") != f"{os.getpid()}:{metrics_dir}":
 def child_exit(server, worker):  # master, after a worker exited (recycled, killed, timed out)
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)  # its in-flight gauge no longer counts
     try:
+        multiprocess.mark_process_dead(worker.pid)  # its in-flight gauge no longer counts
         _fold_exited_workers()
     except Exception:  # e.g. a full disk: the files stay, still counted, and the master goes on
-        server.log.exception("could not fold exited workers' metrics files")
+        server.log.exception("could not tidy exited workers' metrics files")
 
 
 # Exited workers' counter and histogram files are added up into <kind>_exited.db, one per kind: left
@@ -162,7 +162,7 @@ def _exists(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # someone else's: it exists
+    except (PermissionError, OverflowError):  # someone else's, or no pid at all (a stray file): not ours to fold
         pass
     return True
 

@@ -220,6 +220,15 @@ def test_a_fold_never_waits_long_for_scrapes_and_takes_what_it_left_at_the_next_
     assert (key, value) == ('["x", "x_total", {}, "help"]', 2.0)
 
 
+def test_a_stray_file_named_past_any_pid_does_not_stop_the_folds(monkeypatch, tmp_path):
+    conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    (tmp_path / "counter_99999999999999999999.db").write_bytes(b"")  # os.kill raised OverflowError on it
+    exited = tmp_path / f"counter_{_exited_pid()}.db"
+    exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [1.0, 0.0]}))
+    conf["_fold_exited_workers"]()
+    assert not exited.exists() and (tmp_path / "counter_exited.db").exists()
+
+
 def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(monkeypatch, tmp_path, caplog):
     conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
     worker = SimpleNamespace(pid=_exited_pid())
@@ -227,7 +236,7 @@ def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(monkeyp
     exited.write_bytes(conf["_metrics_file"]({'["h", "h_sum", {}, "help"]': [3.0, 0.0]}))
     (tmp_path / ".exited.partial").mkdir()  # writing the new total fails, as on a full disk
     conf["child_exit"](SimpleNamespace(log=logging.getLogger("gunicorn.error")), worker)
-    assert "could not fold" in caplog.text
+    assert "could not tidy" in caplog.text
     assert exited.exists() and not (tmp_path / "histogram_exited.db").exists()  # still counted, once
 
 
