@@ -1,13 +1,13 @@
 """Prometheus metrics of the service (no Flask here: compute code and batch can call the hooks).
 
 Under gunicorn the metrics are in prometheus-client's multiprocess mode: gunicorn.conf.py sets
-PROMETHEUS_MULTIPROC_DIR (and empties it) before any worker imports prometheus_client, marks
-dead workers and folds their files into one per kind; :func:`exposition` then
-sums every worker's files, so a scrape that lands on any
-worker sees the whole instance. Without that variable (tests, ``flask run``) the process's own
-registry is served. Labels are bounded: ``route`` is the URL rule (``/v1/demos/<string:name>``), never
-the raw path; unmatched paths share one label. Counter and histogram updates go through
-:data:`TALLY` (added up, applied within METRICS_FLUSH_SECONDS [1]); the in-flight gauge is written at once.
+PROMETHEUS_MULTIPROC_DIR (and empties it) before any worker imports prometheus_client, marks dead
+workers and folds their files into one per kind; :func:`exposition` then sums every worker's files,
+so a scrape that lands on any worker sees the whole instance. Without that variable (tests,
+``flask run``) the process's own registry is served. Labels are bounded: ``route`` is the URL rule
+(``/v1/demos/<string:name>``), never the raw path; unmatched paths share one label. Counter and
+histogram updates go through :data:`TALLY` (added up, applied within METRICS_FLUSH_SECONDS [1]);
+the in-flight gauge is written at once.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class _SizedFilesCollector(multiprocess.MultiProcessCollector):
     """
 
     def collect(self) -> Iterable[Metric]:
-        with _directory_lock(self._path, fcntl.LOCK_SH):  # never halfway through a fold: each value counted once
+        with _scrape_lock(self._path):  # never halfway through a fold: each value counted once
             return self.merge([path for path in glob.glob(os.path.join(self._path, "*.db")) if _has_bytes(path)])
 
 
@@ -191,12 +191,12 @@ def _has_bytes(path: str) -> bool:
 
 
 @contextmanager
-def _directory_lock(directory: str, operation: int) -> Iterator[None]:
-    """flock on the metrics directory itself (no lock file left in it): scrapes share it; the gunicorn master's fold
-    of exited workers' files (gunicorn.conf.py) takes it alone."""
+def _scrape_lock(directory: str) -> Iterator[None]:
+    """A shared flock on the metrics directory itself (no lock file left in it): scrapes share it; the gunicorn
+    master's fold of exited workers' files (gunicorn.conf.py) takes it alone."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        fcntl.flock(fd, operation)
+        fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)  # and with it the lock

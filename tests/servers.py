@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.launch import free_port
 
@@ -41,6 +42,15 @@ def wait_for(condition, timeout: float, what: str):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
     return found
+
+
+def requests_total(instance, route: str) -> float:
+    """http_requests_total of ``route`` (all statuses) on one instance (anything with a ``url``): every worker's,
+    summed, as its /metrics reports it."""
+    response = requests.get(f"{instance.url}/metrics", timeout=10)
+    assert response.status_code == 200, response.text
+    return sum(sample.value for family in text_string_to_metric_families(response.text) for sample in family.samples
+               if sample.name == "http_requests_total" and sample.labels["route"] == route)
 
 
 def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:

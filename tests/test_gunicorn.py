@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import signal
@@ -16,15 +15,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import requests
-from conftest import gunicorn_server
+from conftest import ROOT, gunicorn_server
 from prometheus_client.mmap_dict import MmapedDict
-from prometheus_client.parser import text_string_to_metric_families
-from servers import Gunicorn, wait_for
+from servers import Gunicorn, requests_total, wait_for
 
 from service import metrics
 from service.launch import Server, gunicorn
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -172,12 +168,7 @@ def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
             assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
         (tmp_path / "histogram_999999.db").touch()  # created, not yet sized, by a worker killed there
         for _ in range(4):  # whichever worker answers
-            response = requests.get(f"{server.url}/metrics", timeout=10)
-            assert response.status_code == 200, response.text
-            counted = sum(sample.value for family in text_string_to_metric_families(response.text)
-                          for sample in family.samples
-                          if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
-            assert counted == 3
+            assert requests_total(server, "/v1/limits") == 3
 
 
 def test_recycled_workers_leave_their_counts_not_their_files(tmp_path):
@@ -186,10 +177,7 @@ def test_recycled_workers_leave_their_counts_not_their_files(tmp_path):
                    "GUNICORN_MAX_REQUESTS": "4", "GUNICORN_MAX_REQUESTS_JITTER": "0", "LOG_REQUESTS": "0"}) as server:
         for _ in range(40):  # about 10 workers recycled
             assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
-        response = requests.get(f"{server.url}/metrics", timeout=10)
-        counted = sum(sample.value for family in text_string_to_metric_families(response.text)
-                      for sample in family.samples
-                      if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
+        counted = requests_total(server, "/v1/limits")
         files = sorted(path.name for path in tmp_path.glob("*.db"))
     assert counted == 40
     assert len([name for name in files if name.startswith("counter_")]) <= 3, files  # the exited + 2 live workers'
@@ -209,7 +197,7 @@ def test_a_fold_never_waits_long_for_scrapes_and_takes_what_it_left_at_the_next_
     conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
     exited = tmp_path / f"counter_{_exited_pid()}.db"
     exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [2.0, 0.0]}))
-    with metrics._directory_lock(str(tmp_path), fcntl.LOCK_SH):  # a scrape reading
+    with metrics._scrape_lock(str(tmp_path)):  # a scrape reading
         fold = threading.Thread(target=conf["_fold_exited_workers"], daemon=True)  # a thread: a regression fails,
         fold.start()                                                                # it does not hang the suite
         fold.join(5)
@@ -288,13 +276,6 @@ def test_an_upgrade_in_place_keeps_requests_and_metrics_working(tmp_path, named,
             for _ in range(times):
                 assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
 
-        def counted() -> float:
-            response = requests.get(f"{server.url}/metrics", timeout=10)
-            assert response.status_code == 200, response.text
-            return sum(sample.value for family in text_string_to_metric_families(response.text)
-                       for sample in family.samples
-                       if sample.name == "http_requests_total" and sample.labels["route"] == "/v1/limits")
-
         answer(5)
         if reloaded:
             before = set(server.worker_pids())
@@ -314,7 +295,7 @@ def test_an_upgrade_in_place_keeps_requests_and_metrics_working(tmp_path, named,
                 os.kill(worker, signal.SIGTERM)
             wait_for(lambda: len(now := set(_children(survivor))) == 2 and not now & set(recycled), 30, "new workers")
             answer(5)
-            total = counted()
+            total = requests_total(server, "/v1/limits")
             assert total == 20 if named else total >= 10  # a named directory's counts go on, whichever master stays
         finally:  # never leave a new master serving the port, whatever failed
             for pid in {*masters, *_new_masters(server)}:

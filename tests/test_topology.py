@@ -30,6 +30,7 @@ from servers import (
     interpolate,
     needs_nginx,
     render_nginx_conf,
+    requests_total,
     wait_for,
 )
 
@@ -111,13 +112,6 @@ def test_nginx_accepts_the_rendered_config(tmp_path):
 
 # --- the running topology ------------------------------------------------------------------------------
 
-def requests_total(instance: Gunicorn, route: str = MHA) -> float:
-    """http_requests_total of ``route`` (all statuses) on one instance: every worker's, summed."""
-    text = requests.get(f"{instance.url}/metrics", timeout=5).text
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == "http_requests_total" and sample.labels["route"] == route)
-
-
 def in_flight(instance: Gunicorn) -> float:
     text = requests.get(f"{instance.url}/metrics", timeout=5).text
     [value] = [s.value for f in text_string_to_metric_families(text) for s in f.samples
@@ -172,7 +166,7 @@ def test_killing_an_instance_mid_load_fails_no_request():
         load = Load(f"{nginx.url}{MHA}")
         try:
             wait_for(lambda: load.total() >= 200, 30, "200 requests through nginx")
-            before = requests_total(first), requests_total(second)
+            before = requests_total(first, MHA), requests_total(second, MHA)
             first.kill()  # SIGKILL to master and workers: in-flight connections die, nginx retries them
             done_at_kill = load.total()
             wait_for(lambda: load.total() >= done_at_kill + 200, 30, "200 more requests after the kill")
@@ -181,7 +175,7 @@ def test_killing_an_instance_mid_load_fails_no_request():
         errors = {line.split(", client")[0].split("*")[-1] for line in nginx.error_log().splitlines()}
         assert load.failures == [], (load.failures[:5], errors)
         assert all(count > 20 for count in before), f"both instances served before the kill: {before}"
-        assert requests_total(second) >= before[1] + 200
+        assert requests_total(second, MHA) >= before[1] + 200
         upstream_errors = [line for line in nginx.access_log() if "," in line["upstream_status"]]
         assert all(line["status"] == 200 for line in upstream_errors)  # retried on the survivor
 
