@@ -26,7 +26,7 @@ test: setup lint
 	$(PY) -m pytest -q
 
 openapi: setup
-	$(PY) -m service.openapi > openapi.yaml
+	$(PY) -m service.edge.openapi > openapi.yaml
 
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'

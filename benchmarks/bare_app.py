@@ -27,5 +27,5 @@ def multi_head_attention() -> Response:
 
 @app.get("/healthz")
 def healthz() -> Response:
-    """What service.launch waits for."""
+    """What tests/launch.py waits for."""
     return Response(b'{"status":"ok"}', mimetype="application/json")

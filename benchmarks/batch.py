@@ -32,7 +32,7 @@ import requests
 if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from service.launch import Server, gunicorn
+from tests.launch import Server, gunicorn
 
 TIMEOUT = 120  # seconds per HTTP call: bounded even if the server misbehaves
 JSON = {"Content-Type": "application/json"}

@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from service.launch import gunicorn
+from tests.launch import gunicorn
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "http_body.lua"

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import attention  # noqa: E402
-from service.launch import gunicorn  # noqa: E402
+from tests.launch import gunicorn  # noqa: E402
 
 HEADER = "Inference-Header-Content-Length"
 MODEL = "/v2/models/multi_head_attention/infer"

@@ -1,4 +1,4 @@
-"""Service metadata: health (the limits schema is built from service.limits)."""
+"""Service metadata: health (the limits schema is built from service.operations.limits)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Open Inference Protocol (KServe v2 / Triton) JSON objects, as in the REST specification.
 
 The request schemas validate the structure only: a tensor's ``data`` is loaded as is (``Raw``) and
-converted to numpy in one step by :mod:`service.v2.tensors`, never element by element.
+converted to numpy in one step by :mod:`service.edge.v2.tensors`, never element by element.
 """
 
 from __future__ import annotations

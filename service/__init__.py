@@ -1,60 +1,11 @@
-"""The HTTP service: a Flask app factory serving the attention engine.
+"""Attention as a service: the numpy engine (``attention/``) behind a REST API, in three layers.
 
-Adding an area (e.g. /v1/batch, /v2) is one line in ``BLUEPRINTS``; /metrics, request ids and the log line
-are the observability middleware's (service/observability.py).
+- ``service.edge``: Flask: the app factory, request parsing, errors, auth and CORS, the spec and pages, health,
+  and the ``v1`` and ``v2`` blueprints. Imports the operations; knows the engine only by its error types.
+- ``service.operations``: no Flask, no werkzeug: the operation registry, one module per operation family, the
+  size model, batching, pictures. Imports the engine, ``schemas/`` and the runtime's metrics.
+- ``service.runtime``: gunicorn hooks, metrics, logging, deferred work. Imports neither Flask nor numpy.
+
+``service.wsgi:app`` is the WSGI app; ``service/gunicorn.conf.py`` its gunicorn settings. Nothing heavy is
+imported here.
 """
-
-from __future__ import annotations
-
-import functools
-import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from flask import Flask
-
-from service import health, observability, pages, security
-from service.api import attention, batch, demos, heatmap, limits, reference
-from service.jsonio import OrjsonProvider
-from service.limits import Limits
-from service.smorest import init_api
-from service.v2 import routes as v2
-
-# flask-smorest blueprints: routed and documented in the OpenAPI spec.
-BLUEPRINTS = (attention.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp, batch.blp)
-
-
-@functools.lru_cache(maxsize=1024)
-def _is_coroutine_function(func: Callable) -> bool:
-    return inspect.iscoroutinefunction(func)
-
-
-class App(Flask):
-    """Flask, asking once per function whether a hook or view is a coroutine function (Flask asks on every
-    request, for each of them: ~1% of a demo-sized request). No view here is async; one would still work."""
-
-    def ensure_sync(self, func: Callable) -> Callable:
-        try:
-            coroutine = _is_coroutine_function(func)
-        except TypeError:  # an unhashable callable: asked every time, as Flask does
-            coroutine = inspect.iscoroutinefunction(func)
-        return self.async_to_sync(func) if coroutine else func
-
-
-def create_app(config: Mapping[str, Any] | None = None) -> Flask:
-    """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
-    the limits read from the environment."""
-    app = App(__name__)
-    app.json = OrjsonProvider(app)
-    app.config.update(config or {})
-    app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
-    observability.init_app(app)  # a middleware: every answer gets a request id, metrics and a log line
-    security.init_app(app)
-    api = init_api(app)
-    for blueprint in BLUEPRINTS:
-        api.register_blueprint(blueprint)
-    from service import openapi  # late: `python -m service.openapi` runs that module as __main__
-
-    app.register_blueprint(openapi.blp)  # serves the spec; not itself documented
-    app.register_blueprint(pages.blp)  # the playground and the docs page; not part of the API
-    return app

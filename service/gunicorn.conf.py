@@ -122,7 +122,7 @@ def child_exit(server, worker):  # master, after a worker exited (recycled, kill
 
 # Exited workers' counter and histogram files are added up into <kind>_exited.db, one per kind: left
 # there, every recycled or killed worker's two files stayed for good, and a scrape reads every file
-# (~0.2 ms each: 0.22 s after 500 exited workers, seconds after weeks). Here, not in service.metrics:
+# (~0.2 ms each: 0.22 s after 500 exited workers, seconds after weeks). Here, not in service.runtime.metrics:
 # with GUNICORN_PRELOAD=0 the master must not import the app (a SIGHUP would no longer reload it).
 _PER_PROCESS = re.compile(r"(counter|histogram)_(\d+)\.db")
 _FOLD_WAIT_SECONDS = 0.5  # this loop also times out stuck workers: never wait long for the lock
@@ -130,7 +130,7 @@ _FOLD_WAIT_SECONDS = 0.5  # this loop also times out stuck workers: never wait l
 
 def _fold_exited_workers() -> None:
     """Fold the files of every process that no longer exists (this exited worker's, and any a busy lock left)
-    under an exclusive flock on the directory, which scrapes share (service.metrics): each value seen once."""
+    under an exclusive flock on the directory, which scrapes share (service.runtime.metrics): each value seen once."""
     fd = os.open(metrics_dir, os.O_RDONLY)
     try:
         if not _lock_within(fd, _FOLD_WAIT_SECONDS):
@@ -295,8 +295,8 @@ def write_problem(sock, status_int: int, reason: str, mesg: str) -> None:
     the status's own phrase (gunicorn passes "Bad Request" with its 501 and 500)."""
     import http
 
-    from service.errors import problem_bytes
-    from service.observability import fresh_id
+    from service.edge.observability import fresh_id
+    from service.problems import problem_bytes
 
     rid = fresh_id()
     title = http.HTTPStatus(status_int).phrase

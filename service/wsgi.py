@@ -9,6 +9,6 @@ import os
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-from service import create_app  # noqa: E402  (after the thread settings, on purpose)
+from service.edge import create_app  # noqa: E402  (after the thread settings, on purpose)
 
 app = create_app()

@@ -15,7 +15,8 @@ from flask.testing import FlaskClient
 from seed_reference import load_seed
 
 # The tests run the service with its defaults, as CI does, whatever a developer's shell has set: e.g. a
-# PROMETHEUS_MULTIPROC_DIR left from running gunicorn by hand puts service.metrics in multiprocess mode at import,
+# PROMETHEUS_MULTIPROC_DIR left from running gunicorn by hand puts service.runtime.metrics in multiprocess mode
+# at import,
 # LOG_REQUESTS=0 silences the log lines tests read, ATTENTION_MAX_* move the limits, GUNICORN_* and WEB_CONCURRENCY
 # reach the test servers (which copy this environment). A test that needs a setting passes it to its own app or
 # server. tests/test_packaging.py checks that every variable the service reads is cleared here.
@@ -25,10 +26,11 @@ SERVICE_PREFIXES = ("ATTENTION_", "GUNICORN_")  # the limits, gunicorn's setting
 for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.startswith(SERVICE_PREFIXES))]:
     os.environ.pop(variable, None)
 
-from service import create_app  # noqa: E402  (after the clean-up above)
-from service.launch import GUNICORN, LaunchError, gunicorn  # noqa: E402
-from service.launch import ROOT as ROOT  # noqa: E402  (re-exported: tests read files of the repository)
-from service.limits import Limits  # noqa: E402
+from launch import GUNICORN, LaunchError, gunicorn  # noqa: E402
+from launch import ROOT as ROOT  # noqa: E402  (re-exported: tests read files of the repository)
+
+from service.edge import create_app  # noqa: E402  (after the clean-up above)
+from service.operations.limits import Limits  # noqa: E402
 
 
 @pytest.fixture
@@ -68,7 +70,7 @@ def assert_problem(response: Any, status: int, *pointers: str) -> dict[str, Any]
 @contextmanager
 def gunicorn_server(**env: str) -> Iterator[str]:
     """Base URL of the real gunicorn (service/gunicorn.conf.py) on a free loopback port, with ``env``
-    added to the environment; always stopped afterwards (see service.launch)."""
+    added to the environment; always stopped afterwards (see tests/launch.py)."""
     if not GUNICORN.exists():
         pytest.skip(f"gunicorn not installed next to {sys.executable}")
     try:

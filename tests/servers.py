@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from launch import free_port
 from prometheus_client.parser import text_string_to_metric_families
-
-from service.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service import App, create_app
+from service.edge import App, create_app
 
 
 def test_the_factory_builds_the_services_flask_subclass():

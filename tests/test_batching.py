@@ -7,9 +7,9 @@ import pytest
 
 from attention import AttentionError
 from schemas.batch import OPS
-from service import batching, compute
-from service.errors import LimitExceeded, ValidationProblem
-from service.limits import Limits
+from service.operations import batching, compute
+from service.operations.limits import Limits
+from service.problems import LimitExceeded, ValidationProblem
 
 
 def load(op: str, body: dict) -> tuple[str, dict]:

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import requests
 from conftest import ROOT, gunicorn_server
+from launch import Server, gunicorn
 from prometheus_client.mmap_dict import MmapedDict
 from servers import Gunicorn, requests_total, wait_for
 
-from service import metrics
-from service.launch import Server, gunicorn
+from service.runtime import metrics
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from service.heatmap import LUT, TEXT_LUT, clean, render_heatmap
+from service.operations.heatmap import LUT, TEXT_LUT, clean, render_heatmap
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

@@ -16,7 +16,7 @@ import pytest
 import requests
 from servers import Gunicorn, Nginx, needs_nginx
 
-from service.limits import Limits
+from service.operations.limits import Limits
 
 LIMIT = Limits().max_body_bytes
 FAST = 3.0  # seconds: a refusal slower than this is not "fast" (they take milliseconds; CI is noisy)

@@ -11,7 +11,7 @@ import pytest
 import requests
 from servers import Gunicorn
 
-from service.logwriter import PIPE_BUF, LineWriter
+from service.runtime.logwriter import PIPE_BUF, LineWriter
 
 LINE = b"x" * 29 + b"\n"  # 30 bytes
 
@@ -114,7 +114,7 @@ def test_a_forked_child_starts_with_nothing_pending(pipe):
 
 
 def test_every_pending_line_is_written_at_exit():
-    code = ("from service.logwriter import LineWriter\n"
+    code = ("from service.runtime.logwriter import LineWriter\n"
             "writer = LineWriter(1, max_bytes=4096, max_seconds=60)\n"
             "for i in range(50): writer.write(b'%d\\n' % i)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30, check=True).stdout

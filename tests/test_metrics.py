@@ -1,4 +1,4 @@
-"""service.metrics.Tally: counter and histogram updates added up in memory, applied in one go."""
+"""service.runtime.metrics.Tally: counter and histogram updates added up in memory, applied in one go."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from service.metrics import SIZE_BUCKETS, Tally
+from service.runtime.metrics import SIZE_BUCKETS, Tally
 
 AMOUNTS = [0.0, 63.9, 64.0, 64.1, 300.0, 1e9, 5.0, 64.0, 2**24]  # on, under, over and past the bounds
 
@@ -134,7 +134,7 @@ def test_a_failed_update_is_logged_and_neither_the_others_nor_the_timer_stop(cap
 MULTIPROCESS = """
 import os, sys
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, multiprocess
-from service import metrics
+from service.runtime import metrics
 direct = Histogram("direct", "d", buckets=metrics.SIZE_BUCKETS)
 deferred = Histogram("deferred", "d", buckets=metrics.SIZE_BUCKETS)
 pid = os.fork()

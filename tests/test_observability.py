@@ -13,10 +13,11 @@ import pytest
 from conftest import ROOT, assert_problem
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import create_app, metrics
-from service.limits import Limits
-from service.logwriter import stdout_lines
-from service.observability import JsonFormatter
+from service.edge import create_app
+from service.edge.observability import JsonFormatter
+from service.operations.limits import Limits
+from service.runtime import metrics
+from service.runtime.logwriter import stdout_lines
 
 DEMO5 = {"tokens": ["the", "cat", "ate", "food", "it"], "d_model": 8, "n_heads": 4, "positional_encoding": True,
          "causal": True}
@@ -199,7 +200,7 @@ def test_batch_sizes_hook(client):
 
 
 def test_documented_examples_are_not_counted_as_work(client):
-    from service.api import examples
+    from service.edge.v1 import examples
 
     client.post("/v1/multi-head-attention", json=DEMO5)  # counted: the sum is live
     before = elements_sum()
@@ -248,14 +249,15 @@ def test_a_request_refused_by_a_limit_or_the_engine_is_not_counted(client):
 
 
 def test_a_new_app_has_counted_no_work():
-    code = ("from service import create_app, metrics; create_app(); metrics.TALLY.flush(); "
+    code = ("from service.edge import create_app; from service.runtime import metrics; create_app(); "
+            "metrics.TALLY.flush(); "
             "print(metrics.ELEMENTS._sum.get(), sum(bucket.get() for bucket in metrics.ELEMENTS._buckets))")
     assert run_python(code)[-1].split() == ["0.0", "0.0"]
 
 
 def test_a_forked_child_writes_its_own_metrics_file_named_by_its_pid(tmp_path):
     code = ("import os\n"
-            "from service import metrics\n"
+            "from service.runtime import metrics\n"
             "metrics.ELEMENTS.observe(3)\n"
             "child = os.fork()\n"
             "if child == 0:\n"
@@ -273,7 +275,7 @@ def test_a_forked_child_writes_its_own_metrics_file_named_by_its_pid(tmp_path):
 def test_exited_workers_fold_into_one_file_per_kind_and_the_scrape_stays_the_same(tmp_path):
     code = ("import os, runpy\n"
             "conf = runpy.run_path('service/gunicorn.conf.py')\n"  # what the gunicorn master runs
-            "from service import metrics\n"
+            "from service.runtime import metrics\n"
             "metrics.ELEMENTS.observe(3)\n"
             "children = []\n"
             "for amount in (5, 7):\n"
@@ -309,7 +311,7 @@ def test_a_scrape_leaves_out_metrics_files_empty_or_removed_since_listed(tmp_pat
 def test_log_timestamps_are_datetimes_iso_format_in_utc():
     from datetime import UTC, datetime
 
-    from service.observability import _now
+    from service.edge.observability import _now
 
     before, stamp, after = datetime.now(UTC), _now(), datetime.now(UTC)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", stamp)
@@ -329,14 +331,14 @@ def test_the_method_label_is_upper_case_as_werkzeug_reads_it(client, capfd):
 def test_log_timestamps_round_to_the_microsecond_first_as_datetime_does(monkeypatch, epoch, stamp):
     from datetime import UTC, datetime
 
-    from service import observability
+    from service.edge import observability
 
     monkeypatch.setattr(observability.time, "time", lambda: epoch)
     assert observability._now() == stamp == datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
 def test_forked_workers_do_not_generate_the_same_request_ids():
-    from service.observability import fresh_id
+    from service.edge.observability import fresh_id
 
     read, write = os.pipe()
     child = os.fork()

@@ -13,11 +13,11 @@ from openapi_spec_validator import validate
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from service import create_app
-from service.api import examples
-from service.api.heatmap import EXAMPLE as HEATMAP_EXAMPLE
-from service.openapi import spec_yaml
-from service.security import is_protected
+from service.edge import create_app
+from service.edge.openapi import spec_yaml
+from service.edge.security import is_protected
+from service.edge.v1 import examples
+from service.edge.v1.heatmap import EXAMPLE as HEATMAP_EXAMPLE
 
 SPEC_FILE = ROOT / "openapi.yaml"
 SPEC = yaml.safe_load(SPEC_FILE.read_text())

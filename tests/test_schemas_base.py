@@ -27,9 +27,9 @@ import schemas.reference
 import schemas.tensor
 import schemas.v2
 from schemas.base import UNKNOWN_NAMED, Schema
-from service.api import examples
-from service.compute import ENDPOINTS
-from service.v2.routes import EXAMPLE_REQUEST
+from service.edge.v1 import examples
+from service.edge.v2.routes import EXAMPLE_REQUEST
+from service.operations.compute import ENDPOINTS
 
 MODULES = (schemas.attention, schemas.batch, schemas.heatmap, schemas.models, schemas.options, schemas.reference,
            schemas.v2)

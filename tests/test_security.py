@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import assert_problem
 
-from service import create_app
-from service.security import is_protected, key_matches, split_list
+from service.edge import create_app
+from service.edge.security import is_protected, key_matches, split_list
 
 KEYS = "k-one, k-two ,"
 

@@ -9,9 +9,9 @@ from conftest import assert_problem
 import attention as engine
 from schemas.batch import OPS
 from schemas.reference import CausalMaskResponse
-from service import compute
-from service.api import examples
-from service.limits import Limits
+from service.edge.v1 import examples
+from service.operations import compute
+from service.operations.limits import Limits
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
 

@@ -10,9 +10,10 @@ import pytest
 import requests
 from conftest import assert_problem, gunicorn_server
 
-from service import compute, create_app
-from service.api import examples
-from service.limits import Limits
+from service.edge import create_app
+from service.edge.v1 import examples
+from service.operations import compute
+from service.operations.limits import Limits
 
 OPS = ["attention", "self-attention", "multi-head-attention", "encoder", "embed", "positional-encoding"]
 

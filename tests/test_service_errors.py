@@ -7,8 +7,8 @@ import io
 import pytest
 from conftest import assert_problem
 
-from service import create_app
-from service.limits import Limits
+from service.edge import create_app
+from service.operations.limits import Limits
 
 CHUNKED = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
 TERMINATED = {"wsgi.input_terminated": True}  # what gunicorn sets for a chunked body

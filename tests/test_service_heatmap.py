@@ -9,9 +9,9 @@ import pytest
 from conftest import assert_problem
 from test_heatmap import SVG_NS, cells, parse
 
-from service import create_app
-from service.api.heatmap import EXAMPLE
-from service.limits import Limits
+from service.edge import create_app
+from service.edge.v1.heatmap import EXAMPLE
+from service.operations.limits import Limits
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
 DEMO_5 = {"tokens": SENTENCE, "d_model": 8, "n_heads": 4, "positional_encoding": True, "causal": True}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import assert_problem
 
-from service import create_app
-from service.limits import Limits, env_name
+from service.edge import create_app
+from service.operations.limits import Limits, env_name
 
 
 def client_with(**limits):

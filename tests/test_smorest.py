@@ -7,7 +7,7 @@ from marshmallow import fields, post_load
 from schemas.base import Schema
 from schemas.heatmap import FormatQuery
 from schemas.reference import CausalMaskQuery
-from service.smorest import _loaded_from_nothing
+from service.edge.smorest import _loaded_from_nothing
 
 
 class Counting(Schema):

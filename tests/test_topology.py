@@ -34,7 +34,7 @@ from servers import (
     wait_for,
 )
 
-from service.limits import Limits
+from service.operations.limits import Limits
 
 MHA = "/v1/multi-head-attention"
 

@@ -8,8 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from service import create_app
-from service.limits import Limits
+from service.edge import create_app
+from service.operations.limits import Limits
 
 SDPA, MHA = "/v2/models/scaled_dot_product_attention/infer", "/v2/models/multi_head_attention/infer"
 HEADER = "Inference-Header-Content-Length"
@@ -231,7 +231,7 @@ OVERSIZE = {
 def test_oversized_requests_are_refused_before_compute(limits, path, body, fragment, monkeypatch):
     client = limited(**limits)
     monkeypatch.setattr("attention.MultiHeadAttention.__call__", _no_compute)
-    monkeypatch.setattr("service.compute.engine.scaled_dot_product_attention", _no_compute)
+    monkeypatch.setattr("service.operations.compute.engine.scaled_dot_product_attention", _no_compute)
     assert_error(send(client, path, body), 400, fragment)
     monkeypatch.undo()
     assert client.get("/v2/health/ready").status_code == 200

@@ -1,0 +1,60 @@
+"""The HTTP service: a Flask app factory serving the attention engine.
+
+Adding an area (e.g. /v1/batch, /v2) is one line in ``BLUEPRINTS``; /metrics, request ids and the log line
+are the observability middleware's (service/observability.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask
+
+from service.edge import health, observability, pages, security
+from service.edge.jsonio import OrjsonProvider
+from service.edge.smorest import init_api
+from service.edge.v1 import attention, batch, demos, heatmap, limits, reference
+from service.edge.v2 import routes as v2
+from service.operations.limits import Limits
+
+# flask-smorest blueprints: routed and documented in the OpenAPI spec.
+BLUEPRINTS = (attention.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp, batch.blp)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_coroutine_function(func: Callable) -> bool:
+    return inspect.iscoroutinefunction(func)
+
+
+class App(Flask):
+    """Flask, asking once per function whether a hook or view is a coroutine function (Flask asks on every
+    request, for each of them: ~1% of a demo-sized request). No view here is async; one would still work."""
+
+    def ensure_sync(self, func: Callable) -> Callable:
+        try:
+            coroutine = _is_coroutine_function(func)
+        except TypeError:  # an unhashable callable: asked every time, as Flask does
+            coroutine = inspect.iscoroutinefunction(func)
+        return self.async_to_sync(func) if coroutine else func
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
+    the limits read from the environment."""
+    app = App(__name__)
+    app.json = OrjsonProvider(app)
+    app.config.update(config or {})
+    app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
+    observability.init_app(app)  # a middleware: every answer gets a request id, metrics and a log line
+    security.init_app(app)
+    api = init_api(app)
+    for blueprint in BLUEPRINTS:
+        api.register_blueprint(blueprint)
+    from service.edge import openapi  # late: `python -m service.edge.openapi` runs that module as __main__
+
+    app.register_blueprint(openapi.blp)  # serves the spec; not itself documented
+    app.register_blueprint(pages.blp)  # the playground and the docs page; not part of the API
+    return app

@@ -1,0 +1,82 @@
+"""Problem responses (RFC 9457, application/problem+json) for every error a view raises.
+
+Views raise :class:`service.problems.Problem` subclasses (or werkzeug HTTP exceptions, or the engine's
+``AttentionError``); the handlers registered by :func:`register_error_handlers` turn each into a problem response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException, InternalServerError
+
+from service.edge.observability import request_id
+from service.problems import PROBLEM_JSON, Problem, ValidationProblem, pointer, problem_bytes
+
+log = logging.getLogger(__name__)
+HTTPError = HTTPException | Problem  # what a view raises for a 4xx: both are answered alike
+
+
+def problem_response(status: int, title: str, detail: str, problem_type: str = "about:blank",
+                     headers: Mapping[str, str] | None = None, **members: Any) -> Response:
+    """An application/problem+json response; members with value None are left out.
+
+    ``request_id`` (the X-Request-Id) is added to every problem answered during a request (a batch
+    item's problem, inside a 200 answer, has none: the batch answer's header carries it).
+    """
+    members.setdefault("request_id", request_id())
+    response = Response(problem_bytes(status, title, detail, problem_type, **members), status=status,
+                        mimetype=PROBLEM_JSON)
+    response.headers.update(headers or {})
+    return response
+
+
+def problem_body(error: HTTPError) -> dict[str, Any]:
+    """The problem object of an HTTPException (a batch item's ``error`` is exactly this)."""
+    body = {"type": getattr(error, "problem_type", "about:blank"), "title": error.name,
+            "status": error.code or 500, "detail": error.description or error.name}
+    return {**body, **getattr(error, "members", {})}
+
+
+def handle_http_exception(error: HTTPError) -> Response:
+    """Any werkzeug HTTPException (404, 405, 413, 415, ...) or Problem as a problem."""
+    headers = {k: v for k, v in error.get_headers() if k.lower() != "content-type"}
+    members = problem_body(error)
+    return problem_response(members.pop("status"), members.pop("title"), members.pop("detail"), members.pop("type"),
+                            headers, **members)
+
+
+def handle_unexpected(error: Exception) -> Response:
+    """An uncaught exception: log it, answer 500 without internals."""
+    if isinstance(error, HTTPException | Problem):
+        return handle_http_exception(error)
+    log.exception("unhandled error", exc_info=error)
+    return handle_http_exception(InternalServerError("The server failed to answer; this is a bug."))
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Problem responses for HTTP errors, the engine's argument errors and anything unexpected."""
+    from attention import AttentionError  # the engine's argument errors are the client's fault
+
+    app.register_error_handler(HTTPException, handle_http_exception)
+    app.register_error_handler(Problem, handle_http_exception)
+    app.register_error_handler(AttentionError, handle_attention_error)
+    app.register_error_handler(Exception, handle_unexpected)
+
+
+ARGUMENT_POINTERS = {name: pointer("weights", name) for name in ("w_q", "w_k", "w_v", "w_o")}
+
+
+def attention_problem(error: ValueError) -> ValidationProblem:
+    """The engine's ``AttentionError`` (bad argument shapes or values) as 422 pointing at the argument."""
+    argument = str(getattr(error, "argument", "") or "")
+    where = ARGUMENT_POINTERS.get(argument, pointer(argument) if argument else "")
+    return ValidationProblem.at(where, str(error))
+
+
+def handle_attention_error(error: ValueError) -> Response:
+    """An ``AttentionError`` raised by a view: see :func:`attention_problem`."""
+    return handle_http_exception(attention_problem(error))

@@ -1,0 +1,234 @@
+"""JSON in and out with orjson: the Flask JSON provider and the request parser of every view.
+
+orjson refuses NaN/Infinity (the stdlib ``json`` accepts them), is
+several times faster, and serialises numpy arrays natively (no ``.tolist()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import orjson
+from flask import Request
+from flask.json.provider import JSONProvider
+from gunicorn.http.errors import ParseException
+from marshmallow import EXCLUDE, Schema, ValidationError
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.wsgi import get_content_length
+
+from service.edge.context import current_limits
+from service.problems import MalformedJSON, ValidationProblem, invalid
+
+JSON = "application/json"
+OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+CHUNK = 64 * 1024
+_NOT_STRUCTURAL = bytes(c for c in range(256) if c not in b'[]{}"')
+
+
+def _default(obj: Any) -> Any:
+    """What orjson cannot write itself: non-contiguous arrays, numpy scalars of other kinds."""
+    if isinstance(obj, np.ndarray):
+        return np.ascontiguousarray(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def dumps(obj: Any, *, indent: bool = False) -> bytes:
+    """orjson bytes with numpy support and integer dict keys (marshmallow error dicts have them)."""
+    return orjson.dumps(obj, default=_default, option=OPTIONS | (orjson.OPT_INDENT_2 if indent else 0))
+
+
+class OrjsonProvider(JSONProvider):
+    """Flask JSON provider writing and reading with orjson."""
+
+    mimetype = JSON
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return dumps(obj, indent=bool(kwargs.get("indent"))).decode()
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return orjson.loads(s)
+
+    def response(self, *args: Any, **kwargs: Any) -> Any:
+        """Like jsonify, but the body is orjson's bytes, not a re-encoded str."""
+        obj = self._prepare_response_obj(args, kwargs)
+        return self._app.response_class(dumps(obj), mimetype=self.mimetype)
+
+
+def json_depth(body: bytes) -> int:
+    """Maximum nesting depth of arrays/objects in a JSON text, ignoring brackets inside strings.
+
+    Linear and vectorised, no recursion: escaped backslashes and escaped quotes are removed first
+    (left to right, as JSON reads them), so every remaining quote opens or closes a string; then only
+    brackets and quotes are kept (``bytes.translate``) and the parity of a running count of quotes
+    says which brackets are inside a string. ~7 ms for 19 MB of numbers, ~25 us for a 10 KB batch.
+    (A regex blanking out strings was quadratic on an unterminated string of escaped quotes.)
+    """
+    if b"\\" in body:
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = np.frombuffer(body.translate(None, _NOT_STRUCTURAL), np.uint8)  # [ ] { } " in order
+    outside = (np.cumsum(kept == ord('"'), dtype=np.int32) & 1) == 0        # a closing quote is outside
+    opens = (kept == ord("[")) | (kept == ord("{"))
+    closes = (kept == ord("]")) | (kept == ord("}"))
+    steps = (opens.astype(np.int32) - closes) * outside                      # int32: a body is < 2 GiB
+    return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
+
+
+def check_depth(body: bytes, limits: Any) -> None:
+    """422 when the JSON nesting of ``body`` is past ``max_json_depth``.
+
+    The depth is at most the number of ``[`` and ``{`` bytes (two C-speed counts), so a body with
+    no more of them than the limit, like every small request, skips the scan.
+    """
+    if body.count(b"[") + body.count(b"{") > limits.max_json_depth:
+        limits.check("max_json_depth", json_depth(body), pointer="")
+
+
+def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refusing with 413 past ``max_bytes``: by Content-Length before reading,
+    and by counting while reading a chunked body (which has no Content-Length); 415 if compressed;
+    400 if it cannot be read (gunicorn meets bad chunk framing only as the app reads, and the
+    connection may break mid-body: neither is the server's fault).
+    (Headers are read from the WSGI environ: werkzeug's header properties parse on every access.)"""
+    try:
+        return _read_body(request, max_bytes)
+    except (ParseException, OSError) as exc:  # e.g. InvalidChunkSize, ChunkMissingTerminator, NoMoreData
+        raise BadRequest(f"The body could not be read: {type(exc).__name__} ({str(exc)[:200]}).") from None
+
+
+def _read_body(request: Request, max_bytes: int) -> bytes:
+    environ = request.environ
+    encoding = environ.get("HTTP_CONTENT_ENCODING")
+    if encoding and encoding.lower() != "identity":
+        raise UnsupportedMediaType(f"Content-Encoding {encoding[:40]} is not supported: send the body uncompressed.")
+    length = get_content_length(environ)  # None for a chunked body, as werkzeug's request.content_length
+    if length is not None:
+        if length > max_bytes:
+            raise RequestEntityTooLarge(f"The body is {length} bytes; the limit max_body_bytes is {max_bytes} "
+                                        "(see GET /v1/limits).")
+        return _read_exactly(environ["wsgi.input"], length)
+    stream = request.stream
+    parts, size = [], 0
+    while chunk := stream.read(CHUNK):
+        size += len(chunk)
+        if size > max_bytes:
+            raise RequestEntityTooLarge(f"The body is more than {max_bytes} bytes, the limit "
+                                        "max_body_bytes (see GET /v1/limits).")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _read_exactly(stream: Any, length: int) -> bytes:
+    """``length`` bytes of the WSGI input, asked for in one read.
+
+    One read lets gunicorn receive a known length in large pieces straight into one buffer; reading
+    64 KiB at a time through werkzeug's stream made it copy its read-ahead buffer again for every
+    piece (a 2 MB body: ~3.5 ms). A body shorter than its Content-Length is a 400.
+    """
+    body = stream.read(length)
+    while len(body) < length and (more := stream.read(length - len(body))):
+        body += more
+    if len(body) < length:
+        raise BadRequest(f"The body ended after {len(body)} of its {length} bytes (Content-Length).")
+    return body
+
+
+def is_json(mimetype: str) -> bool:
+    """application/json or any application/*+json."""
+    return mimetype == JSON or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+UTF8_READABLE = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})  # charsets whose JSON UTF-8 reads unchanged
+
+
+def declared_charset(request: Request) -> str | None:
+    """The body's declared charset (Content-Type parameter) when UTF-8 may not read it as sent, else None.
+
+    JSON is UTF-8 (RFC 8259) and a charset parameter has no effect on it, so a declared one is only named
+    when the body fails to parse: a UTF-16 body is then refused by its charset, not called malformed."""
+    if request.environ.get("CONTENT_TYPE") == JSON:
+        return None
+    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    return None if charset in UTF8_READABLE else charset[:40]
+
+
+def load_json_body(request: Request) -> Any:
+    """Check content type, size and depth of the body, then parse it with orjson.
+
+    Raises 415 (not JSON; or not UTF-8 JSON and declared in another charset), 413 (too large), 422 (too deep),
+    400 (malformed, or shorter than its Content-Length).
+    """
+    if request.environ.get("CONTENT_TYPE") != JSON and not is_json(request.mimetype):  # parse it only if need be
+        raise UnsupportedMediaType(f"Send the body as application/json, not {request.mimetype or 'nothing'}.")
+    limits = current_limits()
+    body = read_body(request, limits.max_body_bytes)
+    check_depth(body, limits)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if charset := declared_charset(request):
+            raise UnsupportedMediaType(f"The body is not valid UTF-8 JSON and declares charset={charset}: "
+                                       "send JSON in UTF-8.") from None
+        raise MalformedJSON(f"The body is not valid JSON: {exc}") from None
+
+
+def query_args(request: Request) -> dict[str, str]:
+    """The query string, each parameter given once: ``?size=1&size=2`` would otherwise be cut to its
+    first value silently (every query parameter here is a scalar)."""
+    repeated = [name for name, values in request.args.lists() if len(values) > 1]
+    if repeated:
+        errors = [{"parameter": name, "detail": "Given more than once."} for name in repeated]
+        raise ValidationProblem(f"Give each query parameter once: {', '.join(repeated)}"[:500], errors=errors)
+    return request.args.to_dict()
+
+
+def parse_request(request: Request, schema: Schema, location: str,
+                  precheck: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """``schema.load`` of the JSON body (``location="json"``) or of the query string (``"query"``).
+
+    ``request``: the Request itself, not the ``flask.request`` proxy: each attribute read through the proxy
+    costs ~9k instructions, resolving it once ~2k.
+    ``precheck`` sees the parsed JSON before the schema does (e.g. to refuse too many items with 413
+    before validating any). Invalid data: 422 with one pointer (body) or parameter (query) per message.
+    Unknown query parameters are ignored; unknown body members are refused (the schema's default).
+    """
+    if location == "json":
+        data, unknown = load_json_body(request), None
+    else:
+        data, unknown = query_args(request), EXCLUDE
+    if precheck is not None:
+        precheck(data)
+    try:
+        return schema.load(data, unknown=unknown)
+    except ValidationError as error:
+        raise invalid(error.messages, query=location != "json") from None
+
+
+def round_arrays(result: Any, decimals: int | None) -> Any:
+    """``result`` with every float array and float rounded with ``np.round`` (None: unchanged).
+
+    Walks only dicts and lists of the result's structure, never into arrays.
+    """
+    if decimals is None:
+        return result
+    if isinstance(result, dict):
+        return {key: round_arrays(value, decimals) for key, value in result.items()}
+    if isinstance(result, list):
+        return [round_arrays(value, decimals) for value in result]
+    if isinstance(result, np.ndarray | float | np.floating) and np.asarray(result).dtype.kind == "f":
+        return _round(result, decimals)
+    return result
+
+
+def _round(values: Any, decimals: int) -> Any:
+    """``np.round``, except where it overflows (it scales by 10**decimals): a number that large has no
+    digits past the point to drop, so it stays as it is instead of becoming inf or NaN (JSON null)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.round(values, decimals)
+    if np.isfinite(rounded).all():  # nearly always: one pass
+        return rounded
+    overflowed = ~np.isfinite(rounded) & np.isfinite(values)
+    return np.where(overflowed, values, rounded)[()]  # [()]: a scalar stays a scalar

@@ -1,0 +1,147 @@
+"""Optional bearer-key authentication and a CORS allow-list, hooked into the app by :func:`init_app`.
+
+Env: API_KEYS [unset: auth off] comma-separated keys; with any set, every call under /v1 and /v2
+needs ``Authorization: Bearer <key>`` and gets 401 otherwise (problem+json on /v1, the Open
+Inference Protocol's ``{"error": ...}`` on /v2), both with ``WWW-Authenticate: Bearer``. Open even
+then: everything outside /v1 and /v2 (/healthz, /readyz, /metrics, /openapi.*, pages and their
+assets) and /v2/health/* (orchestrator probes); CORS preflights (browsers send them without
+credentials). CORS_ORIGINS [unset: no CORS headers] comma-separated origins allowed to call from a
+browser, or ``*`` for any.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from typing import Any
+
+from flask import Flask, Response, request
+
+from service.edge.jsonio import dumps
+from service.problems import TYPE_BASE, Problem
+
+CHALLENGE = 'Bearer realm="attention-service"'
+OPEN_PREFIXES = ("/v2/health/",)
+ALLOW_HEADERS = "Authorization, Content-Type, X-Request-Id, Inference-Header-Content-Length"
+SPEC_OPTIONS = {"components": {"securitySchemes": {"bearerAuth": {
+    "type": "http", "scheme": "bearer",
+    "description": "Only when the server sets API_KEYS: `Authorization: Bearer <key>` on /v1 and /v2."}}}}
+
+
+class Unauthorized(Problem):
+    """401: a /v1 call without a valid bearer key while API_KEYS is set."""
+
+    code = 401
+    problem_type = TYPE_BASE + "unauthorized"
+
+    def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", CHALLENGE)]
+
+
+def split_list(value: str | None) -> tuple[str, ...]:
+    """Comma-separated items, stripped, empty ones dropped."""
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+
+def is_protected(path: str) -> bool:
+    """Under /v1 or /v2, except the open health probes."""
+    under = path.startswith(("/v1/", "/v2/")) or path in ("/v1", "/v2")
+    return under and not path.startswith(OPEN_PREFIXES)
+
+
+def document_auth(spec: dict[str, Any]) -> None:
+    """In an OpenAPI document (plain JSON values): every protected operation takes the optional bearer key
+    and may answer 401; the open ones (health probes) require nothing."""
+    def refused(media_type: str, schema: str) -> dict[str, Any]:
+        return {"description": "Only when the server sets API_KEYS: no valid `Authorization: Bearer <key>`.",
+                "headers": {"WWW-Authenticate": {"description": "The scheme to use: " + CHALLENGE,
+                                                 "schema": {"type": "string"}}},
+                "content": {media_type: {"schema": {"$ref": "#/components/schemas/" + schema}}}}
+
+    # by the error shape of each API: problem+json on /v1, the protocol's on /v2
+    spec["components"].setdefault("responses", {}).update({
+        "Unauthorized": refused("application/problem+json", "Problem"),
+        "ProtocolUnauthorized": refused("application/json", "ProtocolError")})
+    for path, item in spec["paths"].items():
+        if not is_protected(path):
+            continue
+        name = "Unauthorized" if path.startswith("/v1") else "ProtocolUnauthorized"
+        for operation in item.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                # optional (auth is off by default): "no credentials" is one alternative
+                operation["security"] = [{}, {"bearerAuth": []}]
+                operation["responses"]["401"] = {"$ref": "#/components/responses/" + name}
+
+
+def key_matches(authorization: str | None, keys: tuple[bytes, ...]) -> bool:
+    """``Bearer <token>`` with a token equal to one of ``keys``, compared in constant time against all."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # WSGI hands header values over as latin-1 text: encoding back gives the bytes the client sent
+    # (a UTF-8 key arrives as its UTF-8 bytes); a character past latin-1 cannot have come over HTTP.
+    candidate = token.strip().encode("latin-1", "replace")
+    found = False
+    for key in keys:  # no early exit: the time does not tell which key (or how many) matched
+        found |= hmac.compare_digest(candidate, key)
+    return found
+
+
+class RequireKey:
+    """before_request hook refusing protected calls without a valid key."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = tuple(key.encode() for key in keys)
+
+    def __call__(self) -> Response | None:
+        path = request.path
+        if request.method == "OPTIONS" or not is_protected(path):
+            return None
+        if key_matches(request.headers.get("Authorization"), self.keys):
+            return None
+        detail = "Send a valid API key as `Authorization: Bearer <key>`."
+        if path.startswith("/v1"):
+            raise Unauthorized(detail)
+        return Response(dumps({"error": detail}), status=401, mimetype="application/json",
+                        headers={"WWW-Authenticate": CHALLENGE})
+
+
+class Cors:
+    """after_request hook adding CORS headers for allowed origins (``*``: any origin, no credentials)."""
+
+    def __init__(self, origins: tuple[str, ...]) -> None:
+        self.any = "*" in origins
+        self.origins = frozenset(origins)
+
+    def __call__(self, response: Response) -> Response:
+        headers = response.headers
+        if not self.any:
+            headers.add("Vary", "Origin")  # the answer differs by origin: caches must key on it
+        origin = request.headers.get("Origin")
+        if origin is None or not (self.any or origin in self.origins):
+            return response
+        headers["Access-Control-Allow-Origin"] = "*" if self.any else origin
+        headers["Access-Control-Expose-Headers"] = "X-Request-Id"
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            headers["Access-Control-Allow-Headers"] = ALLOW_HEADERS
+            headers["Access-Control-Max-Age"] = "600"
+        return response
+
+
+def init_app(app: Flask) -> None:
+    """Auth and CORS from ``API_KEYS`` / ``CORS_ORIGINS`` (app config first, then the environment).
+
+    Call before the Api is created (it documents the optional bearer scheme). A 401 gets its request id,
+    metrics and log line like any answer: the observer (service.observability) wraps the whole app.
+    """
+    app.config.setdefault("API_SPEC_OPTIONS", SPEC_OPTIONS)
+    configured = app.config.get("API_KEYS", os.environ.get("API_KEYS"))
+    keys = split_list(configured)
+    if configured and configured.strip() and not keys:  # " , ": meant to lock the API, would open it
+        raise ValueError("API_KEYS lists no key (only commas and blanks): unset it to turn auth off")
+    if keys:
+        app.before_request(RequireKey(keys))
+    origins = split_list(app.config.get("CORS_ORIGINS", os.environ.get("CORS_ORIGINS")))
+    if origins:
+        app.after_request(Cors(origins))

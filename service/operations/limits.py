@@ -1,0 +1,111 @@
+"""Request limits, read from the environment once per app, served at GET /v1/limits.
+
+Defaults allow the paper's base model (d_model 512, d_ff 2048, 6 layers; up to 16 heads), and
+keep one request well inside a worker's memory and timeout: at most 2**20 attention weights
+(8 MiB as float64, ~20 MiB as JSON) and a 16 MiB body (~850k numbers, ~30 MiB once parsed).
+A batch holds at most 256 items, each within the limits above, and a budget of 2**25 in all: each
+number computed counts 1 and each number returned 3 more, so an answer holds at most ~8 M numbers
+(~64 MiB of arrays, ~180 MB of JSON); 256 items of (n=128, d_model=64, h=4) without weights fit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from marshmallow import Schema
+from marshmallow import fields as ma_fields
+
+from service.problems import LimitExceeded
+
+
+def _positive(variable: str, raw: str) -> int:
+    """The value of environment ``variable``, a positive integer in ASCII digits, or a ValueError naming the
+    variable (int() would also take "1_000" or other scripts' digits)."""
+    digits = raw.strip()
+    value = int(digits) if digits.isascii() and digits.isdigit() else 0
+    if value < 1:
+        raise ValueError(f"{variable} must be a positive integer, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every limit a request is checked against before any compute."""
+
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_sequence_length: int = 1024
+    max_d_model: int = 512
+    max_d_ff: int = 2048
+    max_heads: int = 16
+    max_layers: int = 6
+    max_weight_elements: int = 2**20
+    max_output_elements: int = 2**21
+    max_json_depth: int = 32
+    max_heatmap_cells: int = 16384
+    max_batch_items: int = 256
+    max_batch_elements: int = 2**25
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
+        """Read ``ATTENTION_MAX_*`` variables (e.g. ATTENTION_MAX_D_MODEL); unset ones keep the default."""
+        values = {}
+        for field in fields(cls):
+            raw = environ.get(env_name(field.name))
+            if raw is not None:
+                values[field.name] = _positive(env_name(field.name), raw)
+        return cls(**values)
+
+    def check(self, name: str, value: int, *, pointer: str | None = None, parameter: str | None = None) -> None:
+        """Raise :class:`LimitExceeded` (422) when ``value`` is above the limit ``name``."""
+        maximum = getattr(self, name)
+        if value > maximum:
+            raise LimitExceeded(name, value, maximum, pointer=pointer, parameter=parameter)
+
+    def as_dict(self) -> dict[str, int]:
+        """Every limit by name."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+def env_name(limit: str) -> str:
+    """Environment variable setting a limit: ``max_d_model`` -> ``ATTENTION_MAX_D_MODEL``."""
+    return f"ATTENTION_{limit.upper()}"
+
+
+DESCRIPTIONS = {
+    "max_body_bytes": "Request body size in bytes (413 above it, also for chunked bodies).",
+    "max_sequence_length": "Tokens per sequence (n, n_q, n_k, n_positions, size).",
+    "max_d_model": "Model width and every feature dimension (d_model, d_k, d_v).",
+    "max_d_ff": "Encoder feed-forward width.",
+    "max_heads": "Attention heads.",
+    "max_layers": "Encoder layers.",
+    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; with "
+                           "trace times 5, the four n * n stages and the weights beside them, or 4 when "
+                           "return_weights is false).",
+    "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
+                           "the output of scaled dot-product attention B * n_q * d_v (a batch of queries over one "
+                           "shared key and value asks for far more than its body holds), of self-attention "
+                           "B * n * d_k, of multi-head attention and the encoder B * n * d_model; with trace also "
+                           "q, k, v (4 arrays in all; the encoder 1 + 7 per layer); and the encoder's feed-forward "
+                           "layer B * n * d_ff.",
+    "max_json_depth": "Nesting depth of the JSON body.",
+    "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
+    "max_batch_items": "Items in one POST /v1/batch (413 above it).",
+    "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
+                          "B * h * n_q * n_k, times layers, times 5 with trace (4 without return_weights), plus "
+                          "outputs, plus the encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per "
+                          "1024 multiply-adds of projections and feed-forward) plus 3 for each number they return "
+                          "(every trace array too: the answer takes the memory, ~8 M numbers at most), plus the "
+                          "random weights of each distinct seeded layer (413 above it).",
+}
+
+
+def _limit_field(name: str) -> Any:
+    default = getattr(Limits, name)
+    description = f"{DESCRIPTIONS[name]} Env {env_name(name)}, default {default}."
+    return ma_fields.Integer(required=True, metadata={"description": description})
+
+
+LimitsSchema = Schema.from_dict({f.name: _limit_field(f.name) for f in fields(Limits)}, name="Limits")

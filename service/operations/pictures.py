@@ -1,0 +1,86 @@
+"""What the heatmaps show: a request's weights, a compute answer's weights, a demo's weights.
+
+Pure functions (no Flask) returning SVG text; each checks ``max_heatmap_cells`` before drawing.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, NamedTuple
+
+import numpy as np
+
+import attention as engine
+from service.operations.heatmap import render_heatmap
+from service.operations.limits import Limits
+
+
+class Drawing(NamedTuple):
+    """How a compute endpoint's weights are titled and how their leading axes are named."""
+
+    title: str
+    before_batch: tuple[str, ...]  # leading axes before the optional batch axis
+    after_batch: tuple[str, ...]   # ... and after it
+
+
+DRAWINGS = {
+    "attention": Drawing("Scaled dot-product attention weights", (), ()),
+    "self-attention": Drawing("Self-attention weights", (), ()),
+    "multi-head-attention": Drawing("Multi-head attention weights", (), ("head",)),
+    "encoder": Drawing("Encoder attention weights", ("layer",), ("head",)),
+}
+
+
+def draw(weights: np.ndarray, limits: Limits, *, where: dict[str, str], **options: Any) -> str:
+    """SVG of ``weights`` (n_q, n_k) or (p, n_q, n_k), refused (422) past ``max_heatmap_cells``.
+
+    ``where`` locates the culprit in the request for the error: ``{"pointer": ...}`` or
+    ``{"parameter": ...}``. ``options`` go to :func:`render_heatmap`.
+    """
+    limits.check("max_heatmap_cells", int(weights.size), **where)
+    return render_heatmap(weights, **options)
+
+
+def heatmap(params: dict[str, Any], limits: Limits) -> str:
+    """POST /v1/heatmap: validated params (schemas.heatmap.HeatmapRequest) -> SVG."""
+    return draw(params["weights"], limits, where={"pointer": "/weights"},
+                **{key: params.get(key) for key in ("row_labels", "col_labels", "title", "annotate")},
+                decimals=params["decimals"])
+
+
+def panel_titles(leading: tuple[int, ...], axes: tuple[str, ...]) -> list[str]:
+    """"layer 0 · head 1"-style titles for every index of the leading axes (C order)."""
+    return [" · ".join(f"{axis} {i}" for axis, i in zip(axes, index, strict=True)) for index in np.ndindex(*leading)]
+
+
+def compute_heatmap(name: str, params: dict[str, Any], result: dict[str, Any], limits: Limits) -> str:
+    """SVG of the weights of compute endpoint ``name``'s ``result``, labelled with the tokens if given."""
+    drawing = DRAWINGS[name]
+    if name == "encoder":
+        weights = np.stack([layer["weights"] for layer in result["layers"]])  # (L, B?, h, n, n)
+    else:
+        weights = np.asarray(result["weights"])  # (B?, h?, n_q, n_k)
+    named = len(drawing.before_batch) + len(drawing.after_batch)
+    batch = ("batch",) if weights.ndim - 2 > named else ()
+    leading = weights.shape[:-2]
+    titles = panel_titles(leading, (*drawing.before_batch, *batch, *drawing.after_batch))
+    tokens = params.get("tokens")
+    return draw(weights.reshape(-1, *weights.shape[-2:]), limits, where={"parameter": "format"},
+                row_labels=tokens, col_labels=tokens, title=drawing.title, panel_titles=titles)
+
+
+@cache
+def demo_heatmap(name: str) -> str | None:
+    """SVG of demo ``name``'s weights (tokens as labels); None for a demo without weights."""
+    demo = engine.DEMOS[name]
+    result = demo.run()
+    if "weights" not in result:
+        return None
+    tokens = list(result["tokens"])
+    rows = [result["query_token"]] if "query_token" in result else tokens  # lookup: one query row
+    return render_heatmap(np.asarray(result["weights"]), row_labels=rows, col_labels=tokens, title=demo.title)
+
+
+def demos_with_heatmaps() -> list[str]:
+    """Names of the demos that show attention weights."""
+    return [name for name in engine.DEMOS if demo_heatmap(name) is not None]
