@@ -13,13 +13,13 @@ from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, layer_norm
 from .errors import AttentionError, UnknownTokenError
 from .functional import AttentionTrace, scaled_dot_product_attention, softmax, trace_attention
 from .layers import MultiHeadAttention, SelfAttention
-from .masks import causal_mask, padding_mask
+from .masks import causal_mask, is_per_head, padding_mask
 from .positional import positional_encoding
 from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
 
 __all__ = [
     "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionTrace", "Demo", "Encoder",
     "EncoderBlock", "EncoderLayerTrace", "MultiHeadAttention", "SelfAttention", "UnknownTokenError",
-    "causal_mask", "embed", "layer_norm", "padding_mask", "positional_encoding",
+    "causal_mask", "embed", "is_per_head", "layer_norm", "padding_mask", "positional_encoding",
     "scaled_dot_product_attention", "softmax", "trace_attention",
 ]

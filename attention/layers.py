@@ -40,6 +40,7 @@ from .functional import (
     scaled_dot_product_attention,
     trace_attention,
 )
+from .masks import is_per_head
 
 WEIGHT_STD = 0.5      # the seed script's scale for every random projection
 OUTPUT_SEED_OFFSET = 99  # W_o comes from default_rng(seed + 99), as in the seed script
@@ -336,7 +337,7 @@ def _layer_mask(mask, batch: tuple[int, ...], n: int, *, per_head: bool, n_heads
     if mask is None:
         return None
     mask = np.asarray(mask)
-    if per_head and mask.ndim == len(batch) + 3:
+    if per_head and is_per_head(mask.ndim, len(batch) + 2):
         return as_bool_mask(mask, "mask", (*batch, n_heads, n, n))
     mask = as_bool_mask(mask, "mask", (*batch, n, n))
     return mask[..., None, :, :] if per_head and mask.ndim >= 2 else mask

@@ -19,6 +19,12 @@ def causal_mask(n: int) -> np.ndarray:
     return np.tri(n, dtype=bool)
 
 
+def is_per_head(mask_ndim: int, input_ndim: int) -> bool:
+    """Whether a multi-head layer reads its mask as one mask per head: a mask with one axis more than the
+    layer's input X (..., n, d_model) is (..., h, n, n); any other mask is shared by every head."""
+    return mask_ndim == input_ndim + 1
+
+
 def padding_mask(lengths: ArrayLike, n: int) -> np.ndarray:
     """(B, 1, n) mask hiding padded keys: key j is visible in item b iff j < lengths[b].
 

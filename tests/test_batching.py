@@ -1,19 +1,28 @@
-"""service.batching without Flask: grouping, fallback to one by one, the cost of an item."""
+"""service.operations.batching and .sizes without Flask: grouping, fallback to one by one, the cost of an item."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from attention import AttentionError
-from schemas.batch import OPS
-from service.operations import batching, compute
+from service.operations import batching, sizes
 from service.operations.limits import Limits
+from service.operations.registry import BATCH_OPERATIONS, OPERATIONS
 from service.problems import LimitExceeded, ValidationProblem
 
 
 def load(op: str, body: dict) -> tuple[str, dict]:
-    return op, OPS[op][0]().load(body)
+    return op, BATCH_OPERATIONS[op].batch_request().load(body)
+
+
+def cost(op: str, params: dict, limits: Limits | None = None) -> int:
+    """The item's share of a batch's budget, once it is within its own limits (as /v1/batch counts it)."""
+    work = OPERATIONS[op].work(params)
+    sizes.check(work, limits or Limits())
+    return sizes.cost(work)
 
 
 def test_run_equals_each_items_compute_without_an_app():
@@ -21,7 +30,7 @@ def test_run_equals_each_items_compute_without_an_app():
     items = [load("multi-head-attention", {"embeddings": rng.normal(size=(4, 8)).tolist(), "n_heads": 2,
                                            "causal": bool(i % 2)}) for i in range(6)]
     for result, (op, params) in zip(batching.run(items, Limits()), items, strict=True):
-        alone = compute.ENDPOINTS[op].compute(params, Limits())
+        alone = OPERATIONS[op].compute(params, Limits())
         np.testing.assert_array_equal(result["output"], alone["output"])
         np.testing.assert_array_equal(result["weights"], alone["weights"])
 
@@ -50,48 +59,50 @@ def test_a_failing_group_is_recomputed_one_by_one():
      4 * (2 * 9 * 3 + 3 * 8) + 3 * 3 * 32 + 3 * 3 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),  # + hidden, macs / 1024
     ("embed", {"tokens": ["cat"] * 3, "d_model": 6}, 4 * 18),
     ("positional-encoding", {"n_positions": 3, "d_model": 4}, 4 * 12),
-    ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, 4 * 1024 * 512),  # counted up to its limits
-    ("self-attention", {"tokens": ["cat"] * 2, "d_k": 10**7},  # d_k counts as max_d_model
-     4 * (2 * 2 + 2 * 512) + 2 * 3 * 4 * 512 // 1024),
-    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 10**7, "n_heads": 2},
-     4 * (2 * 4 + 2 * 512) + 2 * 4 * 512 * 512 // 1024),
-    ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 10**9, "n_layers": 10**9},  # max_heads, max_layers
-     4 * (16 * 4 * 6 + 2 * 8) + 6 * 2 * 32 + 2 * 6 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
     ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 1, "n_layers": 2, "trace": True},  # 7 arrays a layer
      (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 7 * 8 * 2) + 2 * 2 * 32 + 2 * 2 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
     ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 2, "trace": True},  # q, k, v
      (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 3 * 8) + 2 * 4 * 8 * 8 // 1024),
 ])
 def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, body, expected):
-    assert batching.cost(*load(op, body), Limits()) == expected
+    assert cost(*load(op, body)) == expected
 
 
-def test_cost_counts_an_output_wider_than_the_input_up_to_its_limit():
-    """65 one-number positions, d_k 512: the item answers its own 422; it counts max_output_elements, at most."""
-    item = load("self-attention", {"embeddings": np.ones((65, 1, 1)).tolist(), "d_k": 512})
-    limits = Limits(max_weight_elements=64, max_output_elements=100)
-    assert batching.cost(*item, limits) == 4 * (64 + 100) + 64 * 3 * 1 * 512 // 1024
-
-
-def test_cost_counts_no_more_sentences_than_the_weights_limit_allows():
-    """9 sentences of 2 heads * 2 * 2 weights, 64 weights allowed: counted as 8 (the item answers its own 422)."""
-    item = load("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2})
-    expected = 4 * (8 * 2 * 2 * 2 + 8 * 2 * 4) + 8 * 2 * 4 * 4 * 4 // 1024  # + multiply-adds per 1024
-    assert batching.cost(*item, Limits(max_weight_elements=64)) == expected
-
-
-def test_a_trace_past_the_weights_limit_counts_no_more_sentences_than_its_five_arrays_allow():
-    """9 traced sentences of 8 weights, 5 arrays each (4 stages and the weights): 320 allowed is 8 sentences."""
-    item = load("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2, "trace": True})
-    weights, output = 8 * 8 * 5, 8 * 2 * (4 + 3 * 4)  # output and q, k, v along the positions
-    expected = weights + output + 8 * 2 * 4 * 4 * 4 // 1024 + 3 * (weights + output)
-    assert batching.cost(*item, Limits(max_weight_elements=320)) == expected
+@pytest.mark.parametrize(("op", "body", "limits", "limit", "blamed"), [
+    ("positional-encoding", {"n_positions": 10**9, "d_model": 10**9}, Limits(), "max_sequence_length", ["n_positions"]),
+    ("self-attention", {"tokens": ["cat"] * 2, "d_k": 10**7}, Limits(), "max_d_model", ["/d_k"]),
+    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 10**7, "n_heads": 2}, Limits(), "max_d_model",
+     ["/d_model"]),
+    ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 2, "n_layers": 10**9}, Limits(), "max_layers",
+     ["/n_layers"]),
+    # 65 one-number positions, d_k 512: the output is wider than the input
+    ("self-attention", {"embeddings": np.ones((65, 1, 1)).tolist(), "d_k": 512},
+     Limits(max_weight_elements=64, max_output_elements=100), "max_weight_elements", ["/embeddings"]),
+    ("self-attention", {"embeddings": np.ones((64, 1, 1)).tolist(), "d_k": 512},
+     Limits(max_weight_elements=64, max_output_elements=100), "max_output_elements", ["/d_k"]),
+    # 9 sentences of 2 heads * 2 * 2 weights, 64 allowed
+    ("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2},
+     Limits(max_weight_elements=64), "max_weight_elements", ["/embeddings"]),
+    # 9 traced sentences of 8 weights, 5 arrays each (4 stages and the weights): one copy would fit, 5 do not
+    ("multi-head-attention", {"embeddings": np.ones((9, 2, 4)).tolist(), "n_heads": 2, "trace": True},
+     Limits(max_weight_elements=320), "max_weight_elements", ["/embeddings", "/trace"]),
+])
+def test_an_item_past_its_limits_is_refused_by_the_check_its_single_endpoint_makes(op, body, limits, limit, blamed):
+    """One size model: the check /v1/batch makes before counting an item is the one its endpoint makes (so the
+    item answers that 422 and counts nothing), raised before any compute."""
+    params = load(op, body)[1]
+    with pytest.raises(LimitExceeded) as checked:
+        sizes.check(OPERATIONS[op].work(params), limits)
+    with pytest.raises(LimitExceeded) as computed:
+        OPERATIONS[op].compute(params, limits)
+    assert checked.value.members == computed.value.members
+    assert checked.value.members["limit"]["name"] == limit
+    assert [e.get("pointer", e.get("parameter")) for e in checked.value.members["errors"]] == blamed
 
 
 def test_keys_tell_apart_what_compares_equal():
     def key(**options):
-        return batching.prepare(*load("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **options}),
-                                Limits()).key
+        return batching.prepare(*load("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **options})).key
 
     assert key(scale=0.0) != key(scale=-0.0)
     assert key(mask=[True]) != key() != key(trace=True) is None
@@ -105,10 +116,10 @@ def test_token_items_are_embedded_as_one_group_and_an_unknown_word_fails_alone(m
     typo = load("multi-head-attention", {"tokens": ["the", "dgo", "ate", "food", "it"], "d_model": 8, "n_heads": 4,
                                          "positional_encoding": True})
     calls = []
-    endpoint = compute.ENDPOINTS["multi-head-attention"]
-    monkeypatch.setitem(compute.ENDPOINTS, "multi-head-attention",
-                        endpoint._replace(compute=lambda params, limits: calls.append(params) or
-                                          endpoint.compute(params, limits)))
+    endpoint = OPERATIONS["multi-head-attention"]
+    monkeypatch.setitem(OPERATIONS, "multi-head-attention",
+                        dataclasses.replace(endpoint, compute=lambda params, limits: calls.append(params) or
+                                            endpoint.compute(params, limits)))
     results = batching.run([items[0], typo, *items[1:]], Limits())
     assert [len(params.get("embeddings", ())) for params in calls] == [4, 0]  # one stacked call, the typo alone
     assert isinstance(results[1], ValidationProblem) and "dgo" in results[1].description
@@ -123,7 +134,7 @@ def test_a_d_model_that_differs_from_the_embeddings_fails_its_item_in_any_order(
     """d_model must be part of the group key: the group's call checks it against the embeddings for
     its first item only, so a mismatching item grouped behind a good one would have answered 200."""
     body = {"embeddings": [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]], "n_heads": 2, "n_layers": 1}
-    body = {key: value for key, value in body.items() if key in OPS[op][0]().fields}
+    body = {key: value for key, value in body.items() if key in OPERATIONS[op].request().fields}
     good, bad = load(op, body), load(op, {**body, "d_model": 8})
     for items, bad_at in (([good, bad], 1), ([bad, good], 0)):
         results = batching.run(items, Limits())
@@ -150,16 +161,20 @@ def test_a_stack_within_g_times_every_size_limit_is_computed_as_one_call(monkeyp
     assert [result["output"].shape for result in results] == [(2, 3, 4)] * 8
 
 
+def draws(items: list[tuple[str, dict]]) -> int:
+    return sizes.draws(OPERATIONS[op].work(params) for op, params in items)
+
+
 def test_seeded_draws_count_each_distinct_layer_once():
     def mha(seed: int, **extra) -> tuple[str, dict]:
         return load("multi-head-attention", {"tokens": ["cat"], "d_model": 8, "n_heads": 2, "seed": seed, **extra})
 
     explicit = {"w_q": np.ones((2, 8, 4)).tolist(), "w_k": np.ones((2, 8, 4)).tolist(),
                 "w_v": np.ones((2, 8, 4)).tolist(), "w_o": np.ones((8, 8)).tolist()}
-    assert batching.seeded_draws([mha(0), mha(0), mha(0, causal=True)], Limits()) == 4 * 8 * 8
-    assert batching.seeded_draws([mha(0), mha(1)], Limits()) == 2 * 4 * 8 * 8
-    assert batching.seeded_draws([mha(0, weights=explicit)], Limits()) == 0
+    assert draws([mha(0), mha(0), mha(0, causal=True)]) == 4 * 8 * 8
+    assert draws([mha(0), mha(1)]) == 2 * 4 * 8 * 8
+    assert draws([mha(0, weights=explicit)]) == 0
     encoder = load("encoder", {"tokens": ["cat"], "d_model": 8, "n_heads": 2, "n_layers": 2, "d_ff": 16})
-    assert batching.seeded_draws([encoder, encoder], Limits()) == 2 * (4 * 8 * 8 + 2 * 8 * 16)
+    assert draws([encoder, encoder]) == 2 * (4 * 8 * 8 + 2 * 8 * 16)
     self_attention = load("self-attention", {"tokens": ["cat"], "d_model": 8, "d_k": 3})
-    assert batching.seeded_draws([self_attention], Limits()) == 3 * 8 * 3
+    assert draws([self_attention]) == 3 * 8 * 3

@@ -28,13 +28,16 @@ import schemas.tensor
 import schemas.v2
 from schemas.base import UNKNOWN_NAMED, Schema
 from service.edge.v1 import examples
+from service.edge.v1.batch import BatchRequest, BatchResponse
 from service.edge.v2.routes import EXAMPLE_REQUEST
-from service.operations.compute import ENDPOINTS
+from service.operations.registry import OPERATIONS
 
 MODULES = (schemas.attention, schemas.batch, schemas.heatmap, schemas.models, schemas.options, schemas.reference,
            schemas.v2)
+BatchItem = BatchRequest().fields["requests"].schema.__class__  # built for the registry's ops
+BATCH_SCHEMAS = {BatchRequest, BatchItem, BatchResponse, BatchResponse().fields["responses"].inner.schema.__class__}
 SCHEMAS = sorted({cls for module in MODULES for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if issubclass(cls, Schema) and cls is not Schema}, key=lambda cls: cls.__name__)
+                  if issubclass(cls, Schema) and cls is not Schema} | BATCH_SCHEMAS, key=lambda cls: cls.__name__)
 WRONG = [None, "x", 1.5, -1, True, [], {}, [[1, 2], [3]], [["a"]], {"w_q": [[1.0]]}, [{"id": 1}]]
 
 
@@ -108,8 +111,8 @@ def test_a_nested_schema_instance_narrowed_by_only_is_loaded_as_marshmallow_does
         assert same(got, expected)
 
 
-REQUEST_SCHEMAS = [endpoint.schema for endpoint in ENDPOINTS.values()] + [
-    schemas.batch.BatchRequest, schemas.batch.BatchItem, schemas.v2.InferenceRequest, schemas.v2.RequestInput]
+REQUEST_SCHEMAS = [operation.request for operation in OPERATIONS.values()] + [
+    BatchRequest, BatchItem, schemas.v2.InferenceRequest, schemas.v2.RequestInput]
 
 
 @pytest.mark.parametrize("cls", REQUEST_SCHEMAS, ids=lambda cls: cls.__name__)

@@ -7,11 +7,9 @@ import pytest
 from conftest import assert_problem
 
 import attention as engine
-from schemas.batch import OPS
-from schemas.reference import CausalMaskResponse
 from service.edge.v1 import examples
-from service.operations import compute
 from service.operations.limits import Limits
+from service.operations.registry import OPERATIONS
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
 
@@ -187,7 +185,7 @@ def _same_shape(dumped, result, where="") -> None:
         assert dumped is result, where
 
 
-RESPONSES = {**{op: response for op, (_, response) in OPS.items()}, "causal-mask": CausalMaskResponse}
+RESPONSES = {name: operation.response for name, operation in OPERATIONS.items()}
 ATTENTION_VARIANTS = [{}, {"trace": True}, {"return_weights": False}, {"trace": True, "return_weights": False},
                       {"causal": True, "trace": True}]
 
@@ -200,8 +198,8 @@ ATTENTION_VARIANTS = [{}, {"trace": True}, {"return_weights": False}, {"trace": 
 def test_results_have_exactly_their_response_schemas_shape(op, variant):
     """The compute endpoints and batch items write their results without a dump through the response
     schema (it only copied them): so no result may hold anything the schema would drop or change."""
-    endpoint = compute.ENDPOINTS[op]
-    result = endpoint.compute(endpoint.schema().load({**examples.request(op), **variant}), Limits())
+    operation = OPERATIONS[op]
+    result = operation.compute(operation.request().load({**examples.request(op), **variant}), Limits())
     _same_shape(RESPONSES[op]().dump(result), result)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -12,8 +13,8 @@ from conftest import assert_problem, gunicorn_server
 
 from service.edge import create_app
 from service.edge.v1 import examples
-from service.operations import compute
 from service.operations.limits import Limits
+from service.operations.registry import OPERATIONS
 
 OPS = ["attention", "self-attention", "multi-head-attention", "encoder", "embed", "positional-encoding"]
 
@@ -289,13 +290,13 @@ def test_grouping_never_mixes_items_up(client, monkeypatch):
     items = [(op, {k: v for k, v in body.items() if v is not None}) for _, (op, body) in labelled]
     calls = []
     for op in ("attention", "self-attention", "multi-head-attention", "encoder"):
-        endpoint = compute.ENDPOINTS[op]
+        operation = OPERATIONS[op]
 
-        def counted(params, limits, compute_fn=endpoint.compute, op=op):
+        def counted(params, limits, compute_fn=operation.compute, op=op):
             calls.append(op)
             return compute_fn(params, limits)
 
-        monkeypatch.setitem(compute.ENDPOINTS, op, endpoint._replace(compute=counted))
+        monkeypatch.setitem(OPERATIONS, op, dataclasses.replace(operation, compute=counted))
     answers = assert_same_as_singles(client, items)
     assert all(answer["status"] == 200 for answer in answers)
     assert len(calls) == len({label for label, _ in labelled})  # one call per group, no fallback

@@ -231,7 +231,7 @@ OVERSIZE = {
 def test_oversized_requests_are_refused_before_compute(limits, path, body, fragment, monkeypatch):
     client = limited(**limits)
     monkeypatch.setattr("attention.MultiHeadAttention.__call__", _no_compute)
-    monkeypatch.setattr("service.operations.compute.engine.scaled_dot_product_attention", _no_compute)
+    monkeypatch.setattr("service.operations.attention.engine.scaled_dot_product_attention", _no_compute)
     assert_error(send(client, path, body), 400, fragment)
     monkeypatch.undo()
     assert client.get("/v2/health/ready").status_code == 200

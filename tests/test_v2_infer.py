@@ -24,7 +24,7 @@ def test_server_metadata_and_health(client):
 
 
 def test_not_ready_when_the_engine_self_test_fails(client, monkeypatch):
-    monkeypatch.setattr("service.edge.health.engine.scaled_dot_product_attention", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr("service.operations.reference.engine.scaled_dot_product_attention", lambda *a, **k: 1 / 0)
     assert client.get("/v2/health/ready").status_code == 503
     response = client.get("/v2/models/scaled_dot_product_attention/ready")
     assert (response.status_code, response.get_json()) == (503, {"name": "scaled_dot_product_attention",
@@ -93,7 +93,7 @@ def test_bool_mask_as_bytes(client):
 def test_weights_are_computed_only_when_asked_for(client, monkeypatch, outputs, return_weights):
     calls = []
     real = attention.scaled_dot_product_attention
-    monkeypatch.setattr("service.operations.compute.engine.scaled_dot_product_attention",
+    monkeypatch.setattr("service.operations.attention.engine.scaled_dot_product_attention",
                         lambda *a, **k: calls.append(k["return_weights"]) or real(*a, **k))
     body = {"inputs": QKV, **({"outputs": [{"name": n} for n in outputs]} if outputs else {})}
     answer = send(client, SDPA, body).get_json()

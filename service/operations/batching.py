@@ -9,8 +9,8 @@ mask never shares a group with one without, so no all-true mask is ever invented
 given as tokens, their number and d_model (a group embeds all its items' words in one gather; an
 item with an unknown word is computed alone, to name it), and every other
 param of the validated request (seed, n_heads, causal, scale, dtype, return_weights, explicit
-weights by a hash of their bytes, ...). Only the params named in ``STACKED`` and ``NOT_IN_KEY`` are
-left out, so an option added to a schema later can only split groups, never mix them.
+weights by a hash of their bytes, ...). Only the stacked inputs (the registry's ``stacked``) and ``NOT_IN_KEY``
+are left out, so an option added to a schema later can only split groups, never mix them.
 
 Alignment: before stacking, an item's arrays get leading 1-axes up to the item's batch rank, so a
 ``(n,)`` mask or an unbatched key still lines up with a batched query once the group axis is
@@ -33,25 +33,15 @@ from typing import Any
 import numpy as np
 
 import attention as engine
-from service.operations import compute
 from service.operations.limits import Limits
+from service.operations.registry import OPERATIONS, Result
+from service.operations.sizes import Params
 from service.runtime import metrics
 
-Params = compute.Params
-Result = compute.Result
-
-# op -> the inputs stacked along the group axis; every other param is an option (in the key).
-STACKED: dict[str, tuple[str, ...]] = {
-    "attention": ("query", "key", "value"),
-    "self-attention": ("embeddings",),
-    "multi-head-attention": ("embeddings",),
-    "encoder": ("embeddings",),
-}
 # Not options: the mask is stacked; decimals only rounds each item's answer; tokens are in the key
 # as the shape of the embeddings they become. (d_model stays an option: with embeddings it must
 # equal their width, which the group's call checks only for its first item.)
 NOT_IN_KEY = frozenset({"mask", "decimals", "tokens"})
-PER_HEAD_MASK = frozenset({"multi-head-attention", "encoder"})  # may take (..., h, n, n) masks
 
 
 @dataclasses.dataclass
@@ -67,14 +57,14 @@ class Job:
 def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Exception]:
     """Compute validated ``(op, params)`` items; one result or exception per item, in order.
 
-    An exception is what the item's single endpoint would have raised (a ``ProblemError``, the
+    An exception is what the item's single endpoint would have raised (a ``Problem``, the
     engine's ``AttentionError``, or a bug); it never affects the other items.
     """
     answers: list[Result | Exception | None] = [None] * len(items)
     groups: dict[Hashable, list[tuple[int, Job]]] = {}
     for index, (op, params) in enumerate(items):
         try:
-            job = prepare(op, params, limits)
+            job = prepare(op, params)
         except Exception as error:
             answers[index] = error
             continue
@@ -86,24 +76,24 @@ def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Except
     return answers  # type: ignore[return-value]  # every slot is filled above
 
 
-def prepare(op: str, params: Params, limits: Limits) -> Job:
-    """The item made stackable: arrays aligned, key computed. Tokens are checked against the limits
-    here (raising as the single endpoint would) and embedded later with their whole group."""
-    if op not in STACKED or params.get("trace"):
+def prepare(op: str, params: Params) -> Job:
+    """The item made stackable: arrays aligned, key computed. Tokens are embedded later with their whole
+    group."""
+    stacked = OPERATIONS[op].stacked
+    if not stacked or params.get("trace"):
         return Job(op, params)
     if "tokens" in params:
-        compute.check_tokens(params, limits)
         if not all(word in engine.EMBEDDINGS for word in params["tokens"]):
             return Job(op, params)  # alone: its own compute names the unknown words
         rank, arrays = 2, {}
         words = len(params["tokens"])  # with d_model (in the options below): the shape of its embeddings
     else:
-        rank = max(params[name].ndim for name in STACKED[op])  # batch axes + 2
-        arrays = {name: _lead(params[name], rank) for name in STACKED[op]}
+        rank = max(params[name].ndim for name in stacked)  # batch axes + 2
+        arrays = {name: _lead(params[name], rank) for name in stacked}
         words = None
     mask = params.get("mask")
     if mask is not None:
-        per_head = op in PER_HEAD_MASK and mask.ndim == rank + 1  # (..., h, n, n): see MultiHeadAttention
+        per_head = OPERATIONS[op].per_head_mask and engine.is_per_head(mask.ndim, rank)  # (..., h, n, n)
         arrays["mask"] = _lead(mask, rank + per_head)
     options = {name: value for name, value in params.items() if name not in NOT_IN_KEY and name not in arrays}
     shapes = tuple((name, array.shape, array.dtype.str) for name, array in arrays.items())
@@ -119,7 +109,7 @@ def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
                                            max_output_elements=limits.max_output_elements * len(jobs))
         try:
             with metrics.unrecorded() as held:  # counted only if kept: a failed stack is recomputed item by item
-                result = compute.ENDPOINTS[first.op].compute(_merge(jobs), group_limits)
+                result = OPERATIONS[first.op].compute(_merge(jobs), group_limits)
         except Exception:
             pass
         else:
@@ -141,7 +131,7 @@ def _merge(jobs: list[Job]) -> Params:
 
 def _alone(job: Job, limits: Limits) -> Result | Exception:
     try:
-        return compute.ENDPOINTS[job.op].compute(job.params, limits)
+        return OPERATIONS[job.op].compute(job.params, limits)
     except Exception as error:
         return error
 
@@ -179,105 +169,3 @@ def _frozen(value: Any) -> Hashable:
     if isinstance(value, float):
         return ("float", value.hex())
     return value
-
-
-RETURNED_EXTRA = 3  # a returned number also becomes an array element and ~20 bytes of JSON text
-MACS_PER_UNIT = 1024  # multiply-adds of a layer's projections and feed-forward per unit of the budget
-LAYER_OPS = ("self-attention", "multi-head-attention", "encoder")
-
-
-def cost(op: str, params: Params, limits: Limits) -> int:
-    """An item's share of the batch budget ``max_batch_elements``: the numbers it computes (attention
-    weights B * h * n_q * n_k, times layers, times 5 with trace (4 without the weights), plus its output, plus an
-    encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per ``MACS_PER_UNIT`` multiply-adds of its
-    projections and feed-forward), and ``RETURNED_EXTRA`` more for
-    each number it returns (the weights unless return_weights is false, every stage with trace, the
-    output): the answer is what takes a worker's memory. (The seeded weights a batch draws are counted
-    once per distinct layer by :func:`seeded_draws`.)
-
-    Shapes only, nothing computed. An item past its own limits counts at most what they allow (it
-    will answer its own 422), so it cannot make a batch of good items too large.
-    """
-    per_item = limits.max_sequence_length * limits.max_d_model
-    trace = params.get("trace", False)
-    inner = 0  # what a layer computes but does not return: its hidden layer, its multiply-adds per unit
-    if op == "positional-encoding":
-        return (1 + RETURNED_EXTRA) * min(params["n_positions"] * params["d_model"], per_item)
-    if op == "attention":
-        q, k, v = params["query"], params["key"], params["value"]
-        batch = compute.batch_size(q, k, v)
-        weights = batch * q.shape[-2] * k.shape[-2]
-        output = min(batch * q.shape[-2] * v.shape[-1], limits.max_output_elements)
-    else:
-        batch, n, d_model = _sentence(params)
-        if op == "embed":
-            return (1 + RETURNED_EXTRA) * min(batch * n * d_model, per_item)
-        shape = _layer_shape(op, params, d_model, limits)
-        # Each size as if at its limit when past it; and no more batch items than the weights limit allows.
-        n = min(n, limits.max_sequence_length)
-        per_sentence = shape.heads * n * n * shape.layers
-        batch = min(batch, max(1, limits.max_weight_elements // (per_sentence * compute.weight_arrays(params))))
-        weights = batch * per_sentence
-        # the output and the traced arrays along the positions, bounded together as compute bounds them
-        output = min(batch * n * (shape.d_out + (shape.traced if trace else 0)), limits.max_output_elements)
-        # The feed-forward's hidden layer, as compute bounds it per layer: with d_model 1, a stack of such items
-        # (64 of 1024 positions, d_ff 2048) asked for 1 GB of it, where its multiply-adds counted next to nothing.
-        hidden = shape.layers * min(batch * n * shape.hidden, limits.max_output_elements)
-        inner = hidden + batch * n * shape.macs // MACS_PER_UNIT
-    weights = min(weights * compute.weight_arrays(params), limits.max_weight_elements)
-    returned = (weights if trace or params.get("return_weights", True) else 0) + output
-    return weights + output + inner + RETURNED_EXTRA * returned
-
-
-@dataclasses.dataclass(frozen=True)
-class _LayerShape:
-    """Sizes of a self-attention, multi-head or encoder item, each at most its limit. Per position:
-    ``traced`` numbers its trace returns besides weights and output, ``macs`` multiply-adds of its
-    projections and feed-forward, ``hidden`` numbers of the feed-forward's hidden layer in each layer (d_ff).
-    ``drawn``: random numbers its seeded weights take."""
-
-    d_out: int
-    heads: int
-    layers: int
-    traced: int
-    macs: int
-    drawn: int
-    hidden: int = 0
-
-
-def _sentence(params: Params) -> tuple[int, int, int]:
-    """(batch, n, d_model) of an item given as tokens or embeddings."""
-    if "tokens" in params:
-        return 1, len(params["tokens"]), params.get("d_model", 4)
-    x = params["embeddings"]
-    return compute.batch_size(x), x.shape[-2], x.shape[-1]
-
-
-def _layer_shape(op: str, params: Params, d_model: int, limits: Limits) -> _LayerShape:
-    d = min(d_model, limits.max_d_model)
-    if op == "self-attention":
-        d_k = min(compute.width_of_self_attention(params) or d, limits.max_d_model)
-        return _LayerShape(d_k, 1, 1, traced=compute.LAYER_TRACE_ARRAYS * d_k, macs=3 * d * d_k,
-                           drawn=3 * d * d_k)  # Q, K, V
-    heads = min(params["n_heads"], limits.max_heads)
-    if op == "multi-head-attention":
-        return _LayerShape(d, heads, 1, traced=compute.LAYER_TRACE_ARRAYS * d, macs=4 * d * d,
-                           drawn=4 * d * d)  # Q, K, V, then W_o
-    layers, d_ff = min(params["n_layers"], limits.max_layers), min(params.get("d_ff", 4 * d), limits.max_d_ff)
-    per_layer = 4 * d * d + 2 * d * d_ff  # and W_1, W_2
-    return _LayerShape(d, heads, layers, traced=compute.ENCODER_TRACE_ARRAYS * d * layers, macs=layers * per_layer,
-                       drawn=layers * per_layer, hidden=d_ff)
-
-
-def seeded_draws(items: list[tuple[str, Params]], limits: Limits) -> int:
-    """Random numbers drawn to build the seeded layers of a batch's items, once per distinct layer (op,
-    seed, sizes; explicit weights draw none): 256 encoder items of d_model 512, each with its own seed,
-    drew ~5 G numbers from a 36 KB body, past the worker timeout."""
-    drawn: dict[tuple, int] = {}
-    for op, params in items:
-        if op in LAYER_OPS and not params.get("weights"):
-            d_model = _sentence(params)[2]
-            key = (op, params["seed"], d_model, params.get("d_k"), params.get("n_heads"), params.get("n_layers"),
-                   params.get("d_ff"))
-            drawn[key] = _layer_shape(op, params, d_model, limits).drawn
-    return sum(drawn.values())

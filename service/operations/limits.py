@@ -13,10 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
-
-from marshmallow import Schema
-from marshmallow import fields as ma_fields
 
 from service.problems import LimitExceeded
 
@@ -72,40 +68,3 @@ class Limits:
 def env_name(limit: str) -> str:
     """Environment variable setting a limit: ``max_d_model`` -> ``ATTENTION_MAX_D_MODEL``."""
     return f"ATTENTION_{limit.upper()}"
-
-
-DESCRIPTIONS = {
-    "max_body_bytes": "Request body size in bytes (413 above it, also for chunked bodies).",
-    "max_sequence_length": "Tokens per sequence (n, n_q, n_k, n_positions, size).",
-    "max_d_model": "Model width and every feature dimension (d_model, d_k, d_v).",
-    "max_d_ff": "Encoder feed-forward width.",
-    "max_heads": "Attention heads.",
-    "max_layers": "Encoder layers.",
-    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; with "
-                           "trace times 5, the four n * n stages and the weights beside them, or 4 when "
-                           "return_weights is false).",
-    "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
-                           "the output of scaled dot-product attention B * n_q * d_v (a batch of queries over one "
-                           "shared key and value asks for far more than its body holds), of self-attention "
-                           "B * n * d_k, of multi-head attention and the encoder B * n * d_model; with trace also "
-                           "q, k, v (4 arrays in all; the encoder 1 + 7 per layer); and the encoder's feed-forward "
-                           "layer B * n * d_ff.",
-    "max_json_depth": "Nesting depth of the JSON body.",
-    "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
-    "max_batch_items": "Items in one POST /v1/batch (413 above it).",
-    "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
-                          "B * h * n_q * n_k, times layers, times 5 with trace (4 without return_weights), plus "
-                          "outputs, plus the encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per "
-                          "1024 multiply-adds of projections and feed-forward) plus 3 for each number they return "
-                          "(every trace array too: the answer takes the memory, ~8 M numbers at most), plus the "
-                          "random weights of each distinct seeded layer (413 above it).",
-}
-
-
-def _limit_field(name: str) -> Any:
-    default = getattr(Limits, name)
-    description = f"{DESCRIPTIONS[name]} Env {env_name(name)}, default {default}."
-    return ma_fields.Integer(required=True, metadata={"description": description})
-
-
-LimitsSchema = Schema.from_dict({f.name: _limit_field(f.name) for f in fields(Limits)}, name="Limits")

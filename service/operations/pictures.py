@@ -16,19 +16,11 @@ from service.operations.limits import Limits
 
 
 class Drawing(NamedTuple):
-    """How a compute endpoint's weights are titled and how their leading axes are named."""
+    """How an operation's weights are titled and how their leading axes are named (the registry's ``drawing``)."""
 
     title: str
     before_batch: tuple[str, ...]  # leading axes before the optional batch axis
     after_batch: tuple[str, ...]   # ... and after it
-
-
-DRAWINGS = {
-    "attention": Drawing("Scaled dot-product attention weights", (), ()),
-    "self-attention": Drawing("Self-attention weights", (), ()),
-    "multi-head-attention": Drawing("Multi-head attention weights", (), ("head",)),
-    "encoder": Drawing("Encoder attention weights", ("layer",), ("head",)),
-}
 
 
 def draw(weights: np.ndarray, limits: Limits, *, where: dict[str, str], **options: Any) -> str:
@@ -53,10 +45,10 @@ def panel_titles(leading: tuple[int, ...], axes: tuple[str, ...]) -> list[str]:
     return [" · ".join(f"{axis} {i}" for axis, i in zip(axes, index, strict=True)) for index in np.ndindex(*leading)]
 
 
-def compute_heatmap(name: str, params: dict[str, Any], result: dict[str, Any], limits: Limits) -> str:
-    """SVG of the weights of compute endpoint ``name``'s ``result``, labelled with the tokens if given."""
-    drawing = DRAWINGS[name]
-    if name == "encoder":
+def compute_heatmap(drawing: Drawing, params: dict[str, Any], result: dict[str, Any], limits: Limits) -> str:
+    """SVG of the weights in an operation's ``result`` (its ``layers``' for a stack), labelled with the tokens if
+    given."""
+    if "layers" in result:
         weights = np.stack([layer["weights"] for layer in result["layers"]])  # (L, B?, h, n, n)
     else:
         weights = np.asarray(result["weights"])  # (B?, h?, n_q, n_k)

@@ -1,18 +1,18 @@
-"""The /v1 API: one blueprint per area, plus the helper that wires a compute endpoint."""
+"""The /v1 API: one blueprint per area; the operations' routes are derived from the registry here."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from flask import Response
-from marshmallow import Schema
 
 from schemas.heatmap import FormatQuery
 from service.edge.context import current_limits
 from service.edge.jsonio import round_arrays
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import examples
-from service.operations import compute, pictures
+from service.operations import pictures
+from service.operations.registry import OPERATIONS, Operation
 
 SVG = "image/svg+xml"
 
@@ -28,33 +28,38 @@ def svg_doc(description: str, example: str | None = None) -> dict[str, Any]:
     return {"responses": {200: {"description": description, "content": {SVG: media}}}}
 
 
-def compute_route(blp: Blueprint, path: str, name: str, response: type[Schema], doc: str,
-                  *, method: str = "POST", svg: bool = False) -> None:
-    """Route ``path`` to: validate with the endpoint's schema -> ``compute_*`` -> round -> serialise.
+def operation_route(blp: Blueprint, operation: Operation) -> None:
+    """Route ``operation`` (a registry entry) to: validate with its schema -> compute -> round -> serialise.
 
-    ``name`` is a key of :data:`service.compute.ENDPOINTS`; ``doc`` is the operation's docs
-    (first line summary, then description). The request example and its real answer are documented.
-    With ``svg``, ``?format=svg`` answers with the heatmap of the weights instead (service.pictures).
+    Its request example and the real answer to it are documented. An operation with a ``drawing`` answers
+    ``?format=svg`` with the heatmap of its weights instead (service.operations.pictures). Path parameters
+    (``<model>``) join the validated params.
     """
-    endpoint = compute.ENDPOINTS[name]
-
-    def view(params: dict[str, Any], format: str = "json") -> Any:
+    def view(params: dict[str, Any], format: str = "json", **path: Any) -> Any:
         limits = current_limits()
+        params = {**params, **path} if path else params
         if format == "svg":  # the picture needs the weights, and nothing else; its size is checked first
             params = {**params, "return_weights": True, "trace": False, "format": "svg"}
-            result = endpoint.compute(params, limits)
-            return svg_response(pictures.compute_heatmap(name, params, result, limits))
-        return round_arrays(endpoint.compute(params, limits), params.get("decimals"))
+            result = operation.compute(params, limits)
+            return svg_response(pictures.compute_heatmap(operation.drawing, params, result, limits))
+        return round_arrays(operation.compute(params, limits), params.get("decimals"))
 
-    view.__name__ = name.replace("-", "_")
-    view.__doc__ = doc
-    location = "json" if method == "POST" else "query"
-    errors = BODY_ERRORS if method == "POST" else (422,)
+    view.__name__ = operation.name.replace("-", "_")
+    view.__doc__ = operation.doc
+    location = "json" if operation.method == "POST" else "query"
+    errors = BODY_ERRORS if operation.method == "POST" else (422,)
     view = blp.documents(*errors)(view)
-    view = blp.response(200, response, dump=False, example=examples.response(name))(view)
-    request_example = {"example": examples.request(name)} if location == "json" else {}
-    view = blp.arguments(endpoint.schema(), location=location, **request_example)(view)
-    if svg:
+    view = blp.response(200, operation.response, dump=False, example=examples.response(operation.name))(view)
+    request_example = {"example": operation.example} if location == "json" else {}
+    view = blp.arguments(operation.request(), location=location, **request_example)(view)
+    if operation.drawing is not None:
         view = blp.doc(**svg_doc("The answer, or with format=svg the heatmap of its weights."))(view)
         view = blp.arguments(FormatQuery(), location="query", as_kwargs=True)(view)
-    blp.route(path, methods=[method])(view)
+    blp.route(operation.route, methods=[operation.method])(view)
+
+
+def operation_routes(blp: Blueprint, area: str) -> None:
+    """Route every registry operation of ``area`` (its blueprint), in the registry's order."""
+    for operation in OPERATIONS.values():
+        if operation.area == area:
+            operation_route(blp, operation)

@@ -16,20 +16,23 @@ from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from attention import AttentionError
-from schemas.batch import OPS, BatchRequest, BatchResponse
+from schemas.batch import batch_schemas
 from service.edge.context import current_limits
 from service.edge.errors import HTTPError, attention_problem, problem_body
 from service.edge.jsonio import round_arrays
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import examples
-from service.operations import batching
+from service.operations import batching, sizes
 from service.operations.limits import Limits
+from service.operations.registry import BATCH_OPERATIONS
 from service.problems import LIMIT_EXCEEDED, Problem, ValidationProblem, invalid, pointer
 from service.runtime import metrics
 
 log = logging.getLogger(__name__)
+BatchRequest, BatchResponse = batch_schemas({name: (op.batch_request, op.response)
+                                             for name, op in BATCH_OPERATIONS.items()})
 # One instance per op, reused: loading keeps no state between calls.
-REQUESTS: dict[str, Schema] = {op: request() for op, (request, _) in OPS.items()}
+REQUESTS: dict[str, Schema] = {name: op.batch_request() for name, op in BATCH_OPERATIONS.items()}
 
 
 class BatchTooLarge(Problem):
@@ -71,15 +74,23 @@ blp = Blueprint("batch", __name__, url_prefix="/v1",
 def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any]]:
     """One ``{id, status, body | error}`` per item of a valid envelope, in order."""
     outcomes: list[Any] = [_load(index, item) for index, item in enumerate(requests)]
-    valid = [(index, outcome) for index, outcome in enumerate(outcomes) if not isinstance(outcome, Exception)]
-    items = [item for _, item in valid]
-    costs = [batching.cost(op, params, limits) for op, params in items]
-    drawn = batching.seeded_draws(items, limits)
+    sized = []  # (index, (op, params), work) of the items within their own limits
+    for index, outcome in enumerate(outcomes):
+        if not isinstance(outcome, Exception):
+            try:
+                work = BATCH_OPERATIONS[outcome[0]].work(outcome[1])
+                sizes.check(work, limits)  # as its single endpoint would: a 422 of its own, counting nothing
+            except Problem as error:
+                outcomes[index] = _rooted(index, error)
+            else:
+                sized.append((index, outcome, work))
+    costs = [sizes.cost(work) for _, _, work in sized]
+    drawn = sizes.draws(work for _, _, work in sized)
     if (total := sum(costs) + drawn) > limits.max_batch_elements:
         raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements,
-                            _heaviest([index for index, _ in valid], costs), drawn)
-    results = batching.run(items, limits)
-    for (index, (_, params)), result in zip(valid, results, strict=True):
+                            _heaviest([index for index, _, _ in sized], costs), drawn)
+    results = batching.run([item for _, item, _ in sized], limits)
+    for (index, (_, params), _), result in zip(sized, results, strict=True):
         if isinstance(result, Exception):
             outcomes[index] = _rooted(index, result)
         else:  # rounded, exactly as the single endpoint does
@@ -87,7 +98,7 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     return [_response(item["id"], outcome) for item, outcome in zip(requests, outcomes, strict=True)]
 
 
-def _load(index: int, item: dict[str, Any]) -> tuple[str, batching.Params] | ValidationProblem:
+def _load(index: int, item: dict[str, Any]) -> tuple[str, sizes.Params] | ValidationProblem:
     """(op, params) validated with the op's v1 schema, or a 422 pointing into this item's body."""
     try:
         return item["op"], REQUESTS[item["op"]].load(item["body"])

@@ -6,14 +6,15 @@ from typing import Any
 
 from werkzeug.exceptions import NotFound
 
-import attention as engine
 from schemas.demos import DemoList, DemoResult
 from service.edge.smorest import Blueprint
+from service.operations.reference import DEMOS, Demo
+from service.operations.reference import run_demo as run
 
 blp = Blueprint("demos", __name__, url_prefix="/v1", description="The seed script's demos, as data.")
 
 
-def _summary(demo: engine.Demo) -> dict[str, str]:
+def _summary(demo: Demo) -> dict[str, str]:
     return {"name": demo.name, "title": demo.title, "summary": demo.summary}
 
 
@@ -21,20 +22,20 @@ def _causal_mask_example(tokens: int = 2, decimals: int = 4) -> dict[str, Any]:
     """The causal-mask demo's real answer, cut to its first ``tokens`` tokens (its rows sum to 1 still: a
     causal row has nothing past its own token), rounded: the last digits of the full answer depend on the BLAS
     kernel of the machine, and the checked-in spec must not."""
-    result = engine.DEMOS["causal-mask"].run()
-    return {**_summary(engine.DEMOS["causal-mask"]),
+    result = run("causal-mask")
+    return {**_summary(DEMOS["causal-mask"]),
             "result": {"tokens": result["tokens"][:tokens], "mask": result["mask"][:tokens, :tokens].tolist(),
                        "weights": result["weights"][:tokens, :tokens].round(decimals).tolist()}}
 
 
 @blp.route("/demos", methods=["GET"])
-@blp.response(200, DemoList, example={"demos": [_summary(engine.DEMOS["lookup"])]})
+@blp.response(200, DemoList, example={"demos": [_summary(DEMOS["lookup"])]})
 def list_demos() -> dict[str, Any]:
     """List the demos.
 
     Names, titles and summaries of the seed script's demos, in its order.
     """
-    return {"demos": [_summary(demo) for demo in engine.DEMOS.values()]}
+    return {"demos": [_summary(demo) for demo in DEMOS.values()]}
 
 
 @blp.route("/demos/<string:name>", methods=["GET"])
@@ -46,7 +47,7 @@ def run_demo(name: str) -> dict[str, Any]:
     The numbers the seed script prints for this demo (the example: causal-mask's, cut to two tokens,
     rounded). Names: lookup, scaling, positional-encoding, causal-mask, multi-head.
     """
-    demo = engine.DEMOS.get(name)
+    demo = DEMOS.get(name)
     if demo is None:
-        raise NotFound(f"No demo {name!r}; the demos are {', '.join(engine.DEMOS)}.")
-    return {**_summary(demo), "result": demo.run()}
+        raise NotFound(f"No demo {name!r}; the demos are {', '.join(DEMOS)}.")
+    return {**_summary(demo), "result": run(name)}

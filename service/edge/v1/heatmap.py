@@ -7,13 +7,13 @@ from typing import Any
 from flask import Response
 from werkzeug.exceptions import NotFound
 
-import attention as engine
 from schemas.heatmap import HeatmapRequest
 from service.edge.context import current_limits
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import svg_doc, svg_response
 from service.operations import pictures
 from service.operations.limits import Limits
+from service.operations.reference import DEMOS
 
 blp = Blueprint("heatmap", __name__, url_prefix="/v1",
                 description="Attention weights as SVG heatmaps (also `?format=svg` on the compute endpoints).")
@@ -48,8 +48,8 @@ def demo_heatmap(name: str) -> Response:
 
     For the demos that show attention weights: lookup, causal-mask, multi-head (404 for the others).
     """
-    if name not in engine.DEMOS:
-        raise NotFound(f"No demo {name!r}; the demos are {', '.join(engine.DEMOS)}.")
+    if name not in DEMOS:
+        raise NotFound(f"No demo {name!r}; the demos are {', '.join(DEMOS)}.")
     svg = pictures.demo_heatmap(name)
     if svg is None:
         raise NotFound(f"The demo {name!r} shows no attention weights; the demos with a heatmap are "

@@ -21,7 +21,6 @@ from schemas.v2 import (
     ServerReady,
 )
 from service.edge.context import current_limits
-from service.edge.health import engine_ready
 from service.edge.jsonio import check_depth, declared_charset, dumps, read_body
 from service.edge.smorest import PACKAGE, VERSION, Blueprint
 from service.edge.v2 import errors
@@ -29,6 +28,7 @@ from service.edge.v2.infer import infer
 from service.edge.v2.models import MODELS, Model
 from service.edge.v2.tensors import load_json, parse_header
 from service.operations.limits import Limits
+from service.operations.reference import engine_ready
 from service.runtime import metrics
 
 blp = Blueprint("v2", __name__, url_prefix="/v2",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,30 +19,12 @@ from marshmallow import ValidationError
 
 from schemas.tensor import BoolTensor, Tensor
 from service.edge.v2.errors import ProtocolError
+from service.operations.registry import TensorSpec
 from service.problems import flatten_messages
 
 # Protocol datatype <-> little-endian numpy dtype, for the datatypes this service speaks.
 DTYPES = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"), "BOOL": np.dtype("?")}
 DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DTYPES.items()}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """An input or output of a model: accepted datatypes (first one shown in metadata) and ranks."""
-
-    name: str
-    datatypes: tuple[str, ...]
-    ranks: tuple[int, ...]
-    shape: str  # for people, e.g. "[n_q, d_k] or [B, n_q, d_k]"
-    required: bool = True
-
-    def metadata(self) -> dict[str, Any]:
-        """Protocol metadata: one datatype and one shape, -1 for every variable dimension."""
-        return {"name": self.name, "datatype": self.datatypes[0], "shape": [-1] * max(self.ranks)}
-
-    def expected(self) -> str:
-        """``FP32 or FP64 with shape [n_q, d_k] or [B, n_q, d_k]``: for error messages."""
-        return f"{' or '.join(self.datatypes)} with shape {self.shape}"
 
 
 def _fail(spec: TensorSpec, message: str) -> ProtocolError:

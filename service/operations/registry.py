@@ -1,0 +1,198 @@
+"""The operation registry: every operation the service computes, declared once.
+
+An entry says how the operation is asked for (request and response schemas, method, path, documented example),
+what it computes (``work``: its size, service.operations.sizes) and how (``compute``), how /v1/batch stacks it,
+how a mask is read, what its picture is and, for those served over /v2, the model's tensors and parameters. The
+/v1 routes, /v1/batch, the /v2 models, the heatmaps and the OpenAPI examples are all derived from ``OPERATIONS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from marshmallow import Schema
+
+from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
+from schemas.batch import PositionalEncodingBody
+from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
+from schemas.reference import (
+    CausalMaskQuery,
+    CausalMaskResponse,
+    EmbedRequest,
+    EmbedResponse,
+    PositionalEncodingQuery,
+    PositionalEncodingResponse,
+)
+from schemas.v2 import AttentionParameters, MultiHeadParameters
+from service.operations import attention, layers, reference
+from service.operations.limits import Limits
+from service.operations.pictures import Drawing
+from service.operations.sizes import Params, Work
+
+Result = dict[str, Any]
+Arrays = dict[str, np.ndarray]
+FLOATS = ("FP64", "FP32")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A v2 input or output: accepted datatypes (the first one shown in metadata) and ranks."""
+
+    name: str
+    datatypes: tuple[str, ...]
+    ranks: tuple[int, ...]
+    shape: str  # for people, e.g. "[n_q, d_k] or [B, n_q, d_k]"
+    required: bool = True
+
+    def metadata(self) -> dict[str, Any]:
+        """Protocol metadata: one datatype and one shape, -1 for every variable dimension."""
+        return {"name": self.name, "datatype": self.datatypes[0], "shape": [-1] * max(self.ranks)}
+
+    def expected(self) -> str:
+        """``FP32 or FP64 with shape [n_q, d_k] or [B, n_q, d_k]``: for error messages."""
+        return f"{' or '.join(self.datatypes)} with shape {self.shape}"
+
+
+@dataclass(frozen=True)
+class V2Model:
+    """How an operation is served as a v2 model: its tensors, its parameters, and ``params(inputs,
+    parameters)``, the v1 params its decoded inputs and validated parameters stand for."""
+
+    name: str
+    description: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    parameters: type[Schema]
+    params: Callable[[Arrays, dict[str, Any]], Params]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation. ``doc``: summary line, blank line, description. ``area``: the /v1 blueprint (its tag).
+    ``stacked``: the inputs /v1/batch stacks along a new axis to compute a group in one call (empty: one by one).
+    ``per_head_mask``: its mask may carry a head axis (engine.is_per_head). ``batch_request``: the body schema
+    of a batch item (None: not in /v1/batch). ``path``: under /v1, may hold a path parameter (``<model>``)."""
+
+    name: str
+    area: str
+    doc: str
+    request: type[Schema]
+    response: type[Schema]
+    work: Callable[[Params], Work]
+    compute: Callable[[Params, Limits], Result]
+    example: dict[str, Any]
+    method: str = "POST"
+    stacked: tuple[str, ...] = ()
+    per_head_mask: bool = False
+    drawing: Drawing | None = None
+    batch_request: type[Schema] | None = None
+    v2: V2Model | None = None
+    path: str = ""
+
+    @property
+    def route(self) -> str:
+        """The /v1 path of the operation."""
+        return self.path or f"/{self.name}"
+
+
+SENTENCE = ["the", "cat", "ate", "food", "it"]
+ONE_HOT = [[0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+
+
+def _attention_params(inputs: Arrays, parameters: dict[str, Any]) -> Params:
+    return {**inputs, "mask": inputs.get("mask"), **parameters}
+
+
+def _multi_head_params(inputs: Arrays, parameters: dict[str, Any]) -> Params:
+    return {"embeddings": inputs["embeddings"], "mask": None, "n_heads": parameters["num_heads"],
+            "seed": parameters["seed"], "causal": parameters["causal"],
+            "positional_encoding": parameters["positional_encoding"]}
+
+
+OPERATIONS: dict[str, Operation] = {op.name: op for op in (
+    Operation(
+        "attention", "attention", """Scaled dot-product attention.
+
+softmax(Q K^T * scale) V on explicit Q, K, V (scale defaults to 1/sqrt(d_k)). The example is the
+seed's demo 1: the query "it" against the raw toy embeddings. A query row whose keys are all
+masked gets zero weights and a zero output.""",
+        AttentionRequest, AttentionResponse, attention.work, attention.compute,
+        {"query": [[0.0, 0.0, 0.0, 1.0]], "key": ONE_HOT, "value": ONE_HOT, "decimals": 4},
+        stacked=("query", "key", "value"), drawing=Drawing("Scaled dot-product attention weights", (), ()),
+        batch_request=AttentionRequest,
+        v2=V2Model(
+            "scaled_dot_product_attention",
+            "softmax(Q K^T * scale) V, as POST /v1/attention. Parameters: scale (number, default 1/sqrt(d_k)), "
+            "causal (bool). FP32 or FP64 (all alike), rank 2 or 3 (leading batch dim); mask is BOOL, "
+            "true = may attend, broadcastable to [B, n_q, n_k].",
+            (TensorSpec("query", FLOATS, BATCHABLE, "[n_q, d_k] or [B, n_q, d_k]"),
+             TensorSpec("key", FLOATS, BATCHABLE, "[n_k, d_k] or [B, n_k, d_k]"),
+             TensorSpec("value", FLOATS, BATCHABLE, "[n_k, d_v] or [B, n_k, d_v]"),
+             TensorSpec("mask", ("BOOL",), (1, 2, 3), "broadcastable to [B, n_q, n_k]", required=False)),
+            (TensorSpec("output", FLOATS, BATCHABLE, "[n_q, d_v] or [B, n_q, d_v]"),
+             TensorSpec("weights", FLOATS, BATCHABLE, "[n_q, n_k] or [B, n_q, n_k]")),
+            AttentionParameters, _attention_params)),
+    Operation(
+        "self-attention", "attention", """Single-head self-attention.
+
+Q, K and V are projections of the same input (embeddings, or toy-vocabulary tokens) by W_q, W_k,
+W_v drawn as the seed script does from `seed` (or given in `weights`).""",
+        SelfAttentionRequest, ModelResponse, layers.work_self_attention, layers.compute_self_attention,
+        {"tokens": ["cat", "ate", "food"], "positional_encoding": True, "causal": True, "seed": 3, "decimals": 4},
+        stacked=("embeddings",), drawing=Drawing("Self-attention weights", (), ()),
+        batch_request=SelfAttentionRequest),
+    Operation(
+        "multi-head-attention", "attention", """Multi-head attention.
+
+n_heads heads of width d_model / n_heads (head i seeded with seed + i, W_o with seed + 99),
+concatenated and mixed by W_o. The example is the seed's demo 5: the same per-head weights.""",
+        MultiHeadRequest, ModelResponse, layers.work_multi_head, layers.compute_multi_head,
+        {"tokens": SENTENCE, "d_model": 8, "n_heads": 4, "positional_encoding": True, "causal": True,
+         "decimals": 3},
+        stacked=("embeddings",), per_head_mask=True, drawing=Drawing("Multi-head attention weights", (), ("head",)),
+        batch_request=MultiHeadRequest,
+        v2=V2Model(
+            "multi_head_attention",
+            "Multi-head self-attention with the seeded weights, as POST /v1/multi-head-attention. Parameters: "
+            "num_heads (int, required), seed (int, default 0: the seed script's weights), causal, "
+            "positional_encoding (bools). embeddings FP32 or FP64.",
+            (TensorSpec("embeddings", FLOATS, BATCHABLE, "[n, d_model] or [B, n, d_model]"),),
+            (TensorSpec("output", FLOATS, BATCHABLE, "[n, d_model] or [B, n, d_model]"),
+             TensorSpec("weights", FLOATS, (3, 4), "[h, n, n] or [B, h, n, n]")),
+            MultiHeadParameters, _multi_head_params)),
+    Operation(
+        "encoder", "attention", """A stack of transformer encoder blocks.
+
+Each block: multi-head attention, add & norm, position-wise feed-forward (ReLU), add & norm.
+Returns the final output and each layer's attention weights.""",
+        EncoderRequest, EncoderResponse, layers.work_encoder, layers.compute_encoder,
+        {"tokens": ["cat", "ate", "food"], "d_model": 8, "n_heads": 2, "n_layers": 2, "decimals": 3},
+        stacked=("embeddings",), per_head_mask=True,
+        drawing=Drawing("Encoder attention weights", ("layer",), ("head",)), batch_request=EncoderRequest),
+    Operation(
+        "embed", "reference", """Embed tokens.
+
+One row per token from the toy vocabulary, zero-padded to d_model, plus the positional encoding
+when asked. Unknown tokens are a 422 listing the known ones.""",
+        EmbedRequest, EmbedResponse, reference.work_embed, reference.compute_embed,
+        {"tokens": ["cat", "it"], "d_model": 6, "positional_encoding": True, "decimals": 4},
+        batch_request=EmbedRequest),
+    Operation(
+        "positional-encoding", "reference", """Sinusoidal positional encoding.
+
+PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle), section 3.5.""",
+        PositionalEncodingQuery, PositionalEncodingResponse, reference.work_positional_encoding,
+        reference.compute_positional_encoding, {"n_positions": 3, "d_model": 4, "decimals": 4}, method="GET",
+        batch_request=PositionalEncodingBody),
+    Operation(
+        "causal-mask", "reference", """Causal mask.
+
+Lower-triangular booleans: row i may attend to columns 0..i (true = may attend).""",
+        CausalMaskQuery, CausalMaskResponse, reference.work_causal_mask, reference.compute_causal_mask,
+        {"size": 3}, method="GET"),
+)}
+BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
+V2_MODELS = {op.v2.name: op for op in OPERATIONS.values() if op.v2 is not None}

@@ -1,0 +1,155 @@
+"""The size model: what one request computes, from its shapes alone, and the two rules that judge it.
+
+Each operation's ``work(params)`` says what it will compute (:class:`Work`); :func:`check` refuses a single
+request past a limit (422, before any compute) and :func:`cost` is its share of a batch's budget (413). One
+formula for both: a batch item is checked with :func:`check` before its cost counts. ``DESCRIPTIONS`` says the
+same in words for GET /v1/limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+import numpy as np
+
+from service.operations.limits import Limits
+from service.problems import LimitExceeded, pointer
+
+Params = dict[str, Any]
+
+TRACE_STAGES = 4  # a trace returns scores, scaled scores, masked scores and weights: four n*n arrays
+LAYER_TRACE_ARRAYS = 3  # and a layer's trace q, k, v along the positions
+ENCODER_TRACE_ARRAYS = 7  # an encoder layer's: q, k, v, the heads mixed by W_o, add & norm, feed-forward, output
+RETURNED_EXTRA = 3  # a returned number also becomes an array element and ~20 bytes of JSON text
+MACS_PER_UNIT = 1024  # multiply-adds of a layer's projections and feed-forward per unit of the budget
+
+
+@dataclasses.dataclass(frozen=True)
+class Along:
+    """``arrays`` arrays of ``size`` numbers along the positions, blamed on ``where`` past max_output_elements.
+    ``returned``: part of the answer (else computed only, ``repeat`` times: once per encoder layer).
+    ``checked``: False where the request's own dimension limits already bound it (embeddings, encodings)."""
+
+    size: int
+    arrays: int
+    where: str
+    returned: bool = True
+    repeat: int = 1
+    checked: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one request computes. ``dims``: (limit, value, where) checked in order, ``where`` a JSON Pointer or
+    ``?name`` for a query parameter. ``weights``: attention weights of one copy (B * h * n_q * n_k * layers), of
+    which ``copies`` arrays are computed (see :func:`weight_arrays`); ``returns_weights`` whether they are in
+    the answer. ``macs``: multiply-adds of projections and feed-forward. ``draws``: (layer key, random numbers)
+    of seeded weights, counted once per distinct layer in a batch."""
+
+    dims: tuple[tuple[str, int, str], ...] = ()
+    weights: int = 0
+    weights_where: str = ""
+    copies: int = 1
+    returns_weights: bool = False
+    heatmap: bool = False
+    along: tuple[Along, ...] = ()
+    macs: int = 0
+    draws: tuple[Hashable, int] | None = None
+
+
+def weight_arrays(params: Params) -> int:
+    """How many n*n arrays of attention weights a request computes or returns: one, or with trace its
+    TRACE_STAGES and, unless return_weights is false, the weights once more beside the trace."""
+    return TRACE_STAGES + params.get("return_weights", True) if params.get("trace") else 1
+
+
+def batch_size(*arrays: np.ndarray | None, core: int = 2) -> int:
+    """Largest product of leading (batch/head) axes among the arrays, core axes excluded."""
+    largest = 1
+    for array in arrays:  # a loop, not max(<generator>): on every request
+        if array is not None:
+            largest = max(largest, math.prod(array.shape[:-core]))
+    return largest
+
+
+def weighing(params: Params, weights: int, where: str) -> dict[str, Any]:
+    """The Work fields of ``weights`` attention weights of a request (one copy), blamed on ``where``."""
+    copies = weight_arrays(params)
+    return {"weights": weights, "weights_where": where, "copies": copies, "heatmap": params.get("format") == "svg",
+            "returns_weights": bool(params.get("trace") or params.get("return_weights", True))}
+
+
+def check(work: Work, limits: Limits) -> None:
+    """Raise :class:`LimitExceeded` (422) at the first limit ``work`` is past, before any compute."""
+    for name, value, where in work.dims:
+        if where.startswith("?"):
+            limits.check(name, value, parameter=where[1:])
+        else:
+            limits.check(name, value, pointer=where)
+    if work.weights:
+        _check_copies(limits, "max_weight_elements", work.weights, work.copies, work.weights_where)
+        if work.heatmap:  # the answer is their picture
+            limits.check("max_heatmap_cells", work.weights, parameter="format")
+    for along in work.along:
+        if along.checked:
+            _check_copies(limits, "max_output_elements", along.size, along.arrays, along.where)
+
+
+def _check_copies(limits: Limits, name: str, size: int, copies: int, where: str) -> None:
+    """``copies`` times ``size`` numbers against the limit ``name``, blaming ``where``. More than one copy is
+    what trace=true asks for, so when one copy alone is within this limit, /trace is blamed too (only this
+    limit: without the trace, another may still refuse the request)."""
+    try:
+        limits.check(name, size * copies, pointer=where)
+    except LimitExceeded as exc:
+        if copies > 1 and size <= getattr(limits, name):
+            exc.members["errors"].append({"pointer": pointer("trace"), "detail": (
+                f"trace=true counts {copies} x {size} numbers against {name}; without it, {size}.")})
+        raise
+
+
+def cost(work: Work) -> int:
+    """A checked request's share of a batch's ``max_batch_elements``: every number it computes (weights,
+    outputs, computed-only arrays, one per MACS_PER_UNIT multiply-adds) and RETURNED_EXTRA more for each number
+    it returns: the answer is what takes a worker's memory. (Seeded weights: :func:`draws`.)"""
+    weights = work.weights * work.copies
+    along = sum(a.size * a.arrays for a in work.along if a.returned)
+    inner = sum(a.size * a.arrays * a.repeat for a in work.along if not a.returned)
+    returned = along + (weights if work.returns_weights else 0)
+    return weights + along + inner + work.macs // MACS_PER_UNIT + RETURNED_EXTRA * returned
+
+
+def draws(works: Iterable[Work]) -> int:
+    """Random numbers drawn to build the seeded layers of a batch's items, once per distinct layer."""
+    return sum(dict(work.draws for work in works if work.draws).values())
+
+
+DESCRIPTIONS = {
+    "max_body_bytes": "Request body size in bytes (413 above it, also for chunked bodies).",
+    "max_sequence_length": "Tokens per sequence (n, n_q, n_k, n_positions, size).",
+    "max_d_model": "Model width and every feature dimension (d_model, d_k, d_v).",
+    "max_d_ff": "Encoder feed-forward width.",
+    "max_heads": "Attention heads.",
+    "max_layers": "Encoder layers.",
+    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; with "
+                           "trace times 5, the four n * n stages and the weights beside them, or 4 when "
+                           "return_weights is false).",
+    "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
+                           "the output of scaled dot-product attention B * n_q * d_v (a batch of queries over one "
+                           "shared key and value asks for far more than its body holds), of self-attention "
+                           "B * n * d_k, of multi-head attention and the encoder B * n * d_model; with trace also "
+                           "q, k, v (4 arrays in all; the encoder 1 + 7 per layer); and the encoder's feed-forward "
+                           "layer B * n * d_ff.",
+    "max_json_depth": "Nesting depth of the JSON body.",
+    "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
+    "max_batch_items": "Items in one POST /v1/batch (413 above it).",
+    "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
+                          "B * h * n_q * n_k, times layers, times 5 with trace (4 without return_weights), plus "
+                          "outputs, plus the encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per "
+                          "1024 multiply-adds of projections and feed-forward) plus 3 for each number they return "
+                          "(every trace array too: the answer takes the memory, ~8 M numbers at most), plus the "
+                          "random weights of each distinct seeded layer (413 above it).",
+}
