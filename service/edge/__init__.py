@@ -1,7 +1,9 @@
-"""The HTTP service: a Flask app factory serving the attention engine.
+"""The Flask edge: the app factory (:func:`create_app`), request parsing, errors, auth and CORS, the spec and
+the pages, health, and the ``v1`` and ``v2`` blueprints (one per area; adding an area is one line in
+``BLUEPRINTS``). /metrics, request ids and the log line are the observability middleware's.
 
-Adding an area (e.g. /v1/batch, /v2) is one line in ``BLUEPRINTS``; /metrics, request ids and the log line
-are the observability middleware's (service/observability.py).
+May import: service.operations (the registry, the size model, the reference data), service.runtime,
+service.problems, ``schemas``; the engine only by its error types (``attention.errors``).
 """
 
 from __future__ import annotations

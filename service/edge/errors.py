@@ -59,7 +59,7 @@ def handle_unexpected(error: Exception) -> Response:
 
 def register_error_handlers(app: Flask) -> None:
     """Problem responses for HTTP errors, the engine's argument errors and anything unexpected."""
-    from attention import AttentionError  # the engine's argument errors are the client's fault
+    from attention.errors import AttentionError  # the engine's argument errors are the client's fault
 
     app.register_error_handler(HTTPException, handle_http_exception)
     app.register_error_handler(Problem, handle_http_exception)

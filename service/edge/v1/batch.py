@@ -15,7 +15,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from attention import AttentionError
+from attention.errors import AttentionError
 from schemas.batch import batch_schemas
 from service.edge.context import current_limits
 from service.edge.errors import HTTPError, attention_problem, problem_body

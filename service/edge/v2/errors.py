@@ -19,7 +19,7 @@ from service.edge.jsonio import dumps
 from service.problems import Problem
 
 if TYPE_CHECKING:
-    from attention import AttentionError
+    from attention.errors import AttentionError
 
 V2_NAMES = {"n_heads": "parameter 'num_heads'"}  # v1 field -> its v2 name, where they differ
 INPUTS = ("query", "key", "value", "mask", "embeddings")
@@ -88,7 +88,7 @@ def handle_attention_error(error: AttentionError) -> Response:
 
 def register(blp: Blueprint) -> None:
     """Answer errors raised in ``blp``'s views in the protocol's form."""
-    from attention import AttentionError
+    from attention.errors import AttentionError
 
     blp.register_error_handler(HTTPException, handle_http_exception)
     blp.register_error_handler(Problem, handle_http_exception)
