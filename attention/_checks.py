@@ -20,9 +20,9 @@ def all_finite(array: np.ndarray) -> bool:
     """Whether no value is NaN or infinite.
 
     On a small array a byte search of the mask for a False is the cheaper test: a numpy reduction
-    (``np.isfinite(a).all()``, ``np.logical_and.reduce``) first sets up its iterator, ~8k instructions
-    against ~2k, more than the engine's demo-sized arrays need for the test itself. On a large one the
-    reduction is faster (the copy to bytes is not free).
+    (``np.isfinite(a).all()``, ``np.logical_and.reduce``) first sets up its iterator, which costs more
+    than the test itself on the engine's demo-sized arrays. On a large one the reduction is faster (the
+    copy to bytes is not free).
     """
     finite = np.isfinite(np.asarray(array))  # asarray: a masked array's hidden values count, as in the reduction
     if finite.size <= SMALL_CHECK:
@@ -30,7 +30,7 @@ def all_finite(array: np.ndarray) -> bool:
     return bool(np.logical_and.reduce(finite, axis=None))
 
 
-SMALL_CHECK = 1 << 14  # elements: up to here all_finite searches bytes (measured: as fast at ~10^5, slower at 10^6)
+SMALL_CHECK = 1 << 14  # elements: up to here all_finite searches bytes, well below where the reduction wins
 
 
 def working_dtype(*arrays: np.ndarray) -> np.dtype:
@@ -47,7 +47,7 @@ def as_real_array(value, name: str, min_rank: int = 1) -> np.ndarray:
     float32 is kept; other real types are converted to float64 later by ``working_dtype``.
     """
     array = np.asarray(value)
-    if array.dtype.kind not in "fiu":  # refuses bool (kind b), complex, strings...; `dtype == bool` costs ~3k instr.
+    if array.dtype.kind not in "fiu":  # refuses bool (kind b), complex, strings...; cheaper than `dtype == bool`
         raise AttentionError(name, f"expected a real numeric array, got dtype {array.dtype}")
     if array.ndim < min_rank:
         raise AttentionError(name, f"expected rank >= {min_rank}, got shape {array.shape}")

@@ -67,8 +67,8 @@ def _draw_feed_forward(d_model: int, d_ff: int, seed: int) -> _FeedForwardWeight
     return _FeedForwardWeights(w_1, w_2, CastCache(w_1=w_1, w_2=w_2))
 
 
-# A service builds the same seeded encoder on every request: recent feed-forward draws are kept within 64 MiB
-# per process (d_model=512, d_ff=2048: 24 MiB a layer with float32 copies; drawing one took ~35 ms).
+# A service builds the same seeded encoder on every request, and drawing is slow: recent feed-forward draws are
+# kept within 64 MiB per process (d_model=512, d_ff=2048: 24 MiB a layer with float32 copies).
 _seeded_feed_forward = ByteBudgetMemo(_draw_feed_forward, lambda weights: weights.cast.nbytes, max_bytes=64 << 20)
 
 

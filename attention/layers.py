@@ -279,7 +279,7 @@ class MultiHeadAttention:
         output = self._forward(items, mask, lead, causal, weights).reshape(*lead, n, self.d_model)
         return output, None if weights is None else weights.reshape(*lead, self.n_heads, n, n)
 
-    # Overflow is detected and reported after W_o. (As a decorator, np.errstate costs half what a `with` does.)
+    # Overflow is detected and reported after W_o. (np.errstate as a decorator: cheaper than a `with`.)
     @np.errstate(over="ignore", invalid="ignore")
     def _forward(self, items: np.ndarray, mask, lead: tuple[int, ...], causal: bool,
                  weights: np.ndarray | None) -> np.ndarray:

@@ -1,13 +1,12 @@
 """The base of every schema here: marshmallow's ``Schema`` with a leaner loop over the fields of one object.
 
 marshmallow's own loop builds a closure and a keyword dict for every field of every object it loads,
-and calls three functions to learn that an absent optional field takes its default: about 40% of
-loading a demo-sized request (~25 -> ~15 µs), paid again by every item of a batch. The loop below runs
-the same fields with the same rules, messages and error layout, for the common case only (one
-object, no ``partial``); anything else goes to marshmallow's loop. A present, non-null value of a field
-with no load hooks goes straight to its ``_deserialize`` and, if it has any, its validators: what
-``Field.deserialize`` does for it after five calls that do nothing there (its missing and null checks, and an
-``And`` of no validators built and called); in a cold worker each such Python call costs ~1 µs.
+and calls three functions to learn that an absent optional field takes its default, paid again by every
+item of a batch. The loop below runs the same fields with the same rules, messages and error layout, for
+the common case only (one object, no ``partial``); anything else goes to marshmallow's loop. A present,
+non-null value of a field with no load hooks goes straight to its ``_deserialize`` and, if it has any, its
+validators: what ``Field.deserialize`` does for it after five calls that do nothing there (its missing and
+null checks, and an ``And`` of no validators built and called).
 ``tests/test_schemas_base.py`` loads valid and invalid requests through both and checks they agree.
 """
 
@@ -22,8 +21,8 @@ from marshmallow.error_store import ErrorStore
 from marshmallow.fields import Field
 
 ASK = object()  # in a plan: an absent field's value needs the field (required, or a callable default)
-# Unknown keys named per object, at most: marshmallow names them all, and a body of a million stray keys took
-# 12 s to answer, with a 65 MB problem (the rest are refused just the same).
+# Unknown keys named per object, at most: naming them all makes a body of stray keys slow to answer, with a
+# problem as large as the body (the rest are refused just the same).
 UNKNOWN_NAMED = 20
 
 
@@ -58,9 +57,9 @@ class Schema(marshmallow.Schema):
         """marshmallow's load, whose ValidationError leaves without the frames it was raised through.
 
         marshmallow raises it from a frame holding both the error and the data in its locals: a reference
-        cycle (error -> traceback -> frame -> error), so every refused body stayed in memory until the cyclic
-        GC ran, which parsed strings and numbers do not prompt (a worker grew by ~170 MB per refused 12 MB
-        body of strings). Without the traceback nothing points back at the error.
+        cycle (error -> traceback -> frame -> error) that keeps a refused body in memory until the cyclic GC
+        runs, which parsed strings and numbers do not prompt. Without the traceback nothing points back at
+        the error.
         """
         try:
             return super().load(data, many=many, partial=partial, unknown=unknown)

@@ -33,7 +33,7 @@ def _is_coroutine_function(func: Callable) -> bool:
 
 class App(Flask):
     """Flask, asking once per function whether a hook or view is a coroutine function (Flask asks on every
-    request, for each of them: ~1% of a demo-sized request). No view here is async; one would still work."""
+    request, for each of them). No view here is async; one would still work."""
 
     def ensure_sync(self, func: Callable) -> Callable:
         try:

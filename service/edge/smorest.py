@@ -98,8 +98,7 @@ def _documented(func: Callable, documenting: Callable[[Callable], Callable]) -> 
 def _loaded_from_nothing(schema: Schema) -> dict[str, Any] | None:
     """What ``schema`` loads from an empty query string (its defaults), once; None when that is
     invalid (a required parameter) or may not be constant (a callable default, or a pre/post-load or
-    validation hook, which must run per request). Most requests send no query string: loading it
-    anyway cost ~15 µs of a demo-sized request."""
+    validation hook, which must run per request). Most requests send no query string, so they skip the load."""
     if any(callable(field.load_default) for field in schema.load_fields.values()) or any(schema._hooks.values()):
         return None
     try:
@@ -110,10 +109,9 @@ def _loaded_from_nothing(schema: Schema) -> dict[str, Any] | None:
 
 class Blueprint(flask_smorest.Blueprint):
     """flask-smorest's Blueprint with the same decorators and the same OpenAPI document, but lean
-    at request time: one wrapper parses, one serialises, and doc-only decorators add no call at all.
-
-    (flask-smorest wraps a view once per decorator and parses through webargs: ~250 µs of a ~400 µs
-    demo-sized request.) Error statuses are documented by :meth:`documents`.
+    at request time: one wrapper parses, one serialises, and doc-only decorators add no call at all
+    (flask-smorest wraps a view once per decorator and parses through webargs, on every
+    request). Error statuses are documented by :meth:`documents`.
     """
 
     def arguments(self, schema: Schema | type[Schema], *, location: str = "json", as_kwargs: bool = False,
