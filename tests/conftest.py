@@ -4,6 +4,7 @@ tests/live/conftest.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,10 +27,23 @@ for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.start
 
 from service.edge import create_app  # noqa: E402  (after the clean-up above)
 from service.operations.limits import Limits  # noqa: E402
+from service.runtime.logwriter import stdout_lines  # noqa: E402
 from tests.seed_reference import load_seed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]  # tests read files of the repository
 
+
+@pytest.fixture(autouse=True)
+def _request_lines_written_in_their_test() -> Iterator[None]:
+    """Each test's request log lines are written before its teardown ends, while pytest still captures fd 1.
+
+    The app batches its lines (service/runtime/logwriter.py) and writes them from a timer thread up to
+    LOG_FLUSH_SECONDS later, or at exit: written between two tests, or after pytest has given fd 1 back, they
+    went to the terminal (a full run ended with hundreds of them). Flushed here, they land in the test's own
+    captured output (shown when it fails), and tests that read them (capfd) still do."""
+    yield
+    if stdout_lines.cache_info().currsize:  # only a writer some app of this process made
+        stdout_lines().flush()
 
 
 @pytest.fixture
