@@ -1,34 +1,46 @@
 # Two entry points, both safe on a fresh machine:
-#   make serve  -> create .venv, install the project, serve it with gunicorn on 127.0.0.1:$PORT (8000)
-#   make test   -> create/update .venv with the test extras, lint, run the whole test suite
+#   make serve  -> create .venv, install the project (what serving needs, nothing more), serve it with gunicorn
+#                  on 127.0.0.1:$PORT (8000)
+#   make test   -> create/update .venv with the test extras too, lint, run the whole test suite (unit and live)
+# make test-fast runs tests/unit only (no server, browser or network): the loop while editing.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 
-.PHONY: setup serve test lint openapi bench
+.PHONY: setup setup-test serve test test-fast lint openapi bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e .
 	touch $(STAMP)
 
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(TEST_STAMP)
+
 setup: $(STAMP)
+
+setup-test: $(TEST_STAMP)
 
 serve: setup
 	$(VENV)/bin/gunicorn -c service/gunicorn.conf.py service.wsgi:app
 
-lint: setup
+lint: setup-test
 	$(PY) -m ruff check .
 
-test: setup lint
+test: setup-test lint
 	$(PY) -m pytest -q
+
+test-fast: setup-test
+	$(PY) -m pytest -q tests/unit
 
 openapi: setup
 	$(PY) -m service.edge.openapi > openapi.yaml
 
-bench: setup
+bench: setup-test
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/v2.py

@@ -27,5 +27,5 @@ def multi_head_attention() -> Response:
 
 @app.get("/healthz")
 def healthz() -> Response:
-    """What tests/launch.py waits for."""
+    """What tests/harness.py waits for."""
     return Response(b'{"status":"ok"}', mimetype="application/json")

@@ -32,7 +32,7 @@ import requests
 if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from tests.launch import Server, gunicorn
+from tests.harness import Gunicorn
 
 TIMEOUT = 120  # seconds per HTTP call: bounded even if the server misbehaves
 JSON = {"Content-Type": "application/json"}
@@ -77,7 +77,7 @@ def timed(run: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def compare(name: str, server: Server, bodies: list[dict[str, Any]], repeats: int) -> float:
+def compare(name: str, server: Gunicorn, bodies: list[dict[str, Any]], repeats: int) -> float:
     """Check batch == singles, then time both, alternating round by round (so drift on this shared
     machine hits both alike); print medians, items/s and the ratio; return the ratio."""
     with requests.Session() as session:
@@ -102,8 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds per case (medians reported)")
     args = parser.parse_args()
-    with gunicorn({"WEB_CONCURRENCY": "1", "GUNICORN_MAX_REQUESTS": "1000000"}) as server:
-        [worker] = server.worker_pids()
+    with Gunicorn({"GUNICORN_MAX_REQUESTS": "1000000"}, workers=1) as server:
+        [worker] = server.workers()
         started = memory_kib(worker)
         print(f"gunicorn at {server.url}, 1 sync worker (pid {worker}), {args.repeats} repetitions, medians")
         ratio = compare("demo-5", server, demo5_items(64), args.repeats)

@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from tests.launch import gunicorn
+from tests.harness import Gunicorn
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "http_body.lua"
@@ -60,7 +60,7 @@ def measure(levels: list[int], seconds: float, rounds: int) -> dict[str, dict[in
     costs nothing meanwhile."""
     runs: dict[str, dict[int, list[dict]]] = {name: {level: [] for level in levels} for name in APPS}
     with contextlib.ExitStack() as stack:
-        urls = {name: stack.enter_context(gunicorn(app=app)).url for name, app in APPS.items()}
+        urls = {name: stack.enter_context(Gunicorn(app=app)).url for name, app in APPS.items()}
         for url in urls.values():
             wrk(url, 4, 1)  # warm-up: imports, first allocations, example caches
         for level in levels:

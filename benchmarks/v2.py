@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import attention  # noqa: E402
-from tests.launch import gunicorn  # noqa: E402
+from tests.harness import Gunicorn  # noqa: E402
 
 HEADER = "Inference-Header-Content-Length"
 MODEL = "/v2/models/multi_head_attention/infer"
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
 
     env = {"WEB_CONCURRENCY": "1", "ATTENTION_MAX_WEIGHT_ELEMENTS": str(batch * heads * n * n),
            "GUNICORN_TIMEOUT": "120"}
-    with gunicorn(env) as running:
+    with Gunicorn(env) as running:
         server = Server(urlsplit(running.url).port)
         methods: dict[str, Callable[[], object]] = {
             "engine": engine, "engine+build": engine_build,

@@ -1,0 +1,272 @@
+"""Real servers for the tests and benchmarks: gunicorn instances and Debian's nginx on loopback, always stopped.
+
+``Gunicorn`` runs docker-compose.yml's ``api`` command (``service/gunicorn.conf.py``) on a free loopback port,
+with this environment plus what the caller adds; ``compose=True`` adds compose's ``api`` environment too (the
+topology as shipped). ``Nginx`` runs the repo's deploy/nginx.conf with only its ports and paths templated (see
+:func:`render_nginx_conf`). Bounded: a server that does not answer within ``START_TIMEOUT`` is stopped and
+reported; every server is stopped (SIGTERM, then SIGKILL to its process group) when its ``with`` block ends.
+No pytest here: benchmarks/ import it too (with the repository root on sys.path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GUNICORN = BIN / "gunicorn"
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+NGINX_CONF = (ROOT / "deploy" / "nginx.conf").read_text()
+START_TIMEOUT = 30.0
+APP = "service.wsgi:app"
+
+
+class LaunchError(RuntimeError):
+    """A server exited or did not answer in time (the message holds the end of its output)."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def children(pid: int) -> list[int]:
+    """Pids of a process's children (Linux /proc): a gunicorn master's are its workers."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def wait_for(condition, timeout: float, what: str):
+    """Poll ``condition()`` until it gives something true, and return that; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return found
+
+
+def requests_total(instance, route: str) -> float:
+    """http_requests_total of ``route`` (all statuses) on one instance (anything with a ``url``): every worker's,
+    summed, as its /metrics reports it."""
+    response = requests.get(f"{instance.url}/metrics", timeout=10)
+    assert response.status_code == 200, response.text
+    return sum(sample.value for family in text_string_to_metric_families(response.text) for sample in family.samples
+               if sample.name == "http_requests_total" and sample.labels["route"] == route)
+
+
+def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
+    """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
+            pass
+        if process.poll() is not None:
+            raise LaunchError(f"{what} exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"{what} did not answer {url} within {START_TIMEOUT} s")
+        time.sleep(0.05)
+
+
+def interpolate(value: object) -> str:
+    """A compose value with ``${NAME:-default}`` replaced by its default (the topology as shipped)."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+
+
+def compose_api_command() -> list[str]:
+    """The api service's command in docker-compose.yml, as argv."""
+    command = COMPOSE["services"]["api"]["command"]
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def compose_api_environment() -> dict[str, str]:
+    """The api service's environment in docker-compose.yml (values as strings)."""
+    return {name: interpolate(value) for name, value in COMPOSE["services"]["api"]["environment"].items()}
+
+
+class Gunicorn:
+    """One API instance on 127.0.0.1:<free port>, in its own session, until ``stop()`` (or its ``with`` ends).
+
+    ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
+    gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment;
+    ``app`` replaces the WSGI app (module:name, importable from the repository root). A fresh metrics
+    directory unless ``env`` names one. The output goes to a file (a pipe nobody reads fills up after a few
+    hundred request lines and then blocks every worker); ``log()`` reads it.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
+                 app: str = APP) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.logfile = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
+        argv = compose_api_command()
+        argv[0], argv[-1] = str(GUNICORN), app  # the venv's gunicorn; compose's app is service.wsgi:app
+        environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
+        environment.update(compose_api_environment() if compose else {})
+        environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
+        environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
+        environment.update(env or {})
+        self.process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=self.logfile,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_until_up(f"{self.url}/healthz", self.process, "gunicorn")
+            self._wait_for_workers(int(environment.get("WEB_CONCURRENCY", 1)))  # at least that many
+        except BaseException as exc:  # whatever happened, never leave the instance running
+            log = self.log()
+            self.stop()
+            raise LaunchError(f"{exc}: {log[-3000:]}") from None
+
+    @property
+    def pid(self) -> int:
+        """The master's process id."""
+        return self.process.pid
+
+    def _wait_for_workers(self, count: int, timeout: float = START_TIMEOUT) -> None:
+        """Until all ``count`` workers exist: gunicorn spawns them with a random pause of up to 0.1 s
+        each, so the first can answer before the last is forked (preload makes this visible)."""
+        deadline = time.monotonic() + timeout
+        while len(self.workers()) < count:
+            if time.monotonic() > deadline:
+                raise LaunchError(f"only {len(self.workers())} of {count} workers after {timeout} s")
+            time.sleep(0.05)
+
+    def workers(self) -> list[int]:
+        """Pids of the master's children (the workers)."""
+        return children(self.pid)
+
+    def rss_kib(self) -> dict[int, int]:
+        """Resident memory of each worker, KiB (VmRSS from /proc)."""
+        sizes = {}
+        for pid in self.workers():
+            status = Path(f"/proc/{pid}/status").read_text()
+            sizes[pid] = int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))
+        return sizes
+
+    def terminate(self) -> None:
+        """SIGTERM to the master: graceful shutdown (workers finish their current request)."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the master and its workers at once: a crashed instance."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+
+    def log(self) -> str:
+        return Path(self.logfile.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.terminate()
+            try:
+                self.process.wait(timeout=25)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                self.process.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):  # any worker left behind by a kill of the master
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.logfile.close()
+        os.unlink(self.logfile.name)
+
+    def __enter__(self) -> Gunicorn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path) -> str:
+    """deploy/nginx.conf with only ports and paths changed, each replacement checked to apply once.
+
+    ``listen 80`` -> the loopback port; the compose upstream ``server api:8000`` line -> one line per
+    local instance; pid, logs and temp paths -> ``workdir``; ``user`` (root in CI) kept as root.
+    """
+    text = NGINX_CONF
+    [upstream] = re.findall(r"^\s*server api:8000\b[^;]*;\n", text, re.M)
+    servers = "".join(upstream.replace("api:8000", address) for address in upstreams)
+    replacements = [
+        ("_temp_path /tmp/nginx-", f"_temp_path {workdir}/nginx-"),
+        (upstream, servers),
+        ("listen 80;", f"listen 127.0.0.1:{listen};"),
+        ("pid /tmp/nginx.pid;", f"pid {workdir}/nginx.pid;"),
+        ("error_log /dev/stderr warn;", f"error_log {workdir}/error.log warn;"),
+        ("access_log /dev/stdout json;", f"access_log {workdir}/access.log json;"),
+    ]
+    for old, new in replacements:
+        assert old in text, f"deploy/nginx.conf no longer has {old!r}: update render_nginx_conf"
+        text = text.replace(old, new)
+    if os.geteuid() == 0:  # as root, nginx's workers would switch to `nobody`, who cannot write workdir
+        text = "user root;\n" + text
+    return text
+
+
+class Nginx:
+    """Debian's nginx with the repo's config in front of ``upstreams`` (host:port), on a free port."""
+
+    def __init__(self, upstreams: list[str]) -> None:
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        self.workdir = Path(tempfile.mkdtemp(prefix="nginx-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        conf = self.workdir / "nginx.conf"
+        conf.write_text(render_nginx_conf(self.port, upstreams, self.workdir))
+        self.process = subprocess.Popen([binary, "-c", str(conf), "-p", str(self.workdir), "-g", "daemon off;"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(f"{self.url}/healthz", self.process, "nginx")
+        except BaseException as exc:  # never leave nginx running
+            self.stop()
+            raise LaunchError(f"{exc}: {self.error_log()[-3000:]}") from None
+
+    def error_log(self) -> str:
+        path = self.workdir / "error.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def access_log(self) -> list[dict]:
+        path = self.workdir / "access.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)  # graceful
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Nginx:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def nginx_available() -> bool:
+    return bool(shutil.which("nginx") or Path("/usr/sbin/nginx").exists())
+
+
+def in_ci() -> bool:
+    """Whether this runs in CI (CI set to anything but empty, 0 or false; .ci/run sets CI=true): there, tests
+    that need a tool the CI installs (nginx, chromium) fail when it is missing instead of skipping."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+

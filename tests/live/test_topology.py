@@ -1,0 +1,199 @@
+"""The docker-compose topology without Docker: two real gunicorn instances behind Debian's nginx on loopback.
+
+The instances run docker-compose.yml's api command and environment; nginx runs deploy/nginx.conf
+with only ports and paths changed (tests/harness.py). Load is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.operations.limits import Limits
+from tests.harness import (
+    Gunicorn,
+    Nginx,
+    render_nginx_conf,
+    requests_total,
+    wait_for,
+)
+
+MHA = "/v1/multi-head-attention"
+
+
+def demo5_body(rng: np.random.Generator) -> dict:
+    """Demo-5 sized multi-head attention with fresh random embeddings."""
+    return {"embeddings": rng.standard_normal((5, 8)).tolist(), "n_heads": 4, "causal": True}
+
+
+
+
+
+
+# --- docker-compose.yml, Dockerfile and deploy/nginx.conf describe the topology the tests run ---------
+
+
+
+
+
+
+
+
+
+@pytest.mark.needs_nginx
+def test_nginx_accepts_the_rendered_config(tmp_path):
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(render_nginx_conf(8081, ["127.0.0.1:8001", "127.0.0.1:8002"], tmp_path))
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    result = subprocess.run([binary, "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
+# --- the running topology ------------------------------------------------------------------------------
+
+def in_flight(instance: Gunicorn) -> float:
+    text = requests.get(f"{instance.url}/metrics", timeout=5).text
+    [value] = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "http_requests_in_flight"]
+    return value
+
+
+class Load:
+    """``clients`` threads posting demo-5 bodies to ``url`` until stopped (bounded: at most ``limit`` each)."""
+
+    def __init__(self, url: str, clients: int = 4, limit: int = 1500) -> None:
+        self.url, self.limit, self.stopping = url, limit, threading.Event()
+        self.statuses: Counter = Counter()
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.client, args=(seed,)) for seed in range(clients)]
+        for thread in self.threads:
+            thread.start()
+
+    def client(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        with requests.Session() as session:
+            for _ in range(self.limit):
+                if self.stopping.is_set():
+                    return
+                try:
+                    response = session.post(self.url, json=demo5_body(rng), timeout=10)
+                    ok = response.status_code == 200 and np.shape(response.json()["weights"]) == (4, 5, 5)
+                    outcome = response.status_code if ok else f"{response.status_code} {response.text[:200]}"
+                except requests.RequestException as exc:
+                    outcome = repr(exc)
+                with self.lock:
+                    self.statuses[outcome if isinstance(outcome, int) else "failed"] += 1
+                    if not isinstance(outcome, int) or outcome != 200:
+                        self.failures.append(str(outcome))
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(self.statuses.values())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+
+
+@pytest.mark.needs_nginx
+def test_killing_an_instance_mid_load_fails_no_request():
+    exact = {"METRICS_FLUSH_SECONDS": "0"}  # counts read as the load runs: every update applied at once
+    with Gunicorn(exact, compose=True) as first, Gunicorn(exact, compose=True) as second, \
+            Nginx([f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"]) as nginx:
+        load = Load(f"{nginx.url}{MHA}")
+        try:
+            wait_for(lambda: load.total() >= 200, 30, "200 requests through nginx")
+            before = requests_total(first, MHA), requests_total(second, MHA)
+            first.kill()  # SIGKILL to master and workers: in-flight connections die, nginx retries them
+            done_at_kill = load.total()
+            wait_for(lambda: load.total() >= done_at_kill + 200, 30, "200 more requests after the kill")
+        finally:
+            load.stop()
+        errors = {line.split(", client")[0].split("*")[-1] for line in nginx.error_log().splitlines()}
+        assert load.failures == [], (load.failures[:5], errors)
+        assert all(count > 20 for count in before), f"both instances served before the kill: {before}"
+        assert requests_total(second, MHA) >= before[1] + 200
+        upstream_errors = [line for line in nginx.access_log() if "," in line["upstream_status"]]
+        assert all(line["status"] == 200 for line in upstream_errors)  # retried on the survivor
+
+
+@pytest.mark.needs_nginx
+def test_sigterm_drains_in_flight_requests_and_new_ones_go_to_the_other_replica():
+    rng = np.random.default_rng(7)
+    slow = {"embeddings": rng.standard_normal((128, 512)).round(4).tolist(), "n_heads": 8, "n_layers": 6,
+            "return_weights": False}  # ~0.6 s of compute
+    with Gunicorn(compose=True) as first, Gunicorn(compose=True) as second, Nginx([f"127.0.0.1:{first.port}",
+                                                           f"127.0.0.1:{second.port}"]) as nginx:
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.update(
+            response=requests.post(f"{first.url}/v1/encoder", json=slow, timeout=30)))
+        thread.start()
+        wait_for(lambda: in_flight(first) >= 2, 10, "the slow request in flight (plus the scrape)")
+        first.terminate()
+        after = [requests.post(f"{nginx.url}{MHA}", json=demo5_body(rng), timeout=10) for _ in range(20)]
+        thread.join(timeout=30)
+        assert result["response"].status_code == 200
+        assert np.shape(result["response"].json()["output"]) == (128, 512)
+        assert [r.status_code for r in after] == [200] * 20
+        assert first.process.wait(timeout=25) == 0  # a clean, graceful exit
+        # The last requests all went to the other replica (a first one may race the signal and still
+        # be answered by the draining instance: it completes too).
+        wait_for(lambda: len(nginx.access_log()) >= 20, 5, "nginx's access log lines")
+        upstreams = [line["upstream"].split(", ")[-1] for line in nginx.access_log()[-10:]]
+        assert upstreams == [f"127.0.0.1:{second.port}"] * 10
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{first.url}/healthz", timeout=2)
+
+
+@pytest.mark.needs_nginx
+def test_nginx_answers_its_own_errors_as_problems(tmp_path):
+    with Gunicorn(compose=True) as instance, Nginx([f"127.0.0.1:{instance.port}"]) as nginx:
+        big = requests.post(f"{nginx.url}/v1/attention", data=b" " * (Limits().max_body_bytes + 1),
+                            headers={"Content-Type": "application/json", "X-Request-Id": "big-1"}, timeout=30)
+        assert big.status_code == 413 and big.headers["Content-Type"] == "application/problem+json"
+        assert big.json()["request_id"] == big.headers["X-Request-Id"] == "big-1"
+        through = requests.get(f"{nginx.url}/v1/nope", headers={"X-Request-Id": "bad id"}, timeout=5)
+        assert through.json()["request_id"] == through.headers["X-Request-Id"] != "bad id"
+        wait_for(lambda: through.headers["X-Request-Id"] in [line["request_id"] for line in nginx.access_log()], 5,
+                 "nginx's access log line (written after the response) with the same id")
+        instance.kill()
+        down = requests.get(f"{nginx.url}/v1/limits", timeout=10)
+        assert down.status_code == 503 and down.headers["Content-Type"] == "application/problem+json"
+        assert down.json()["status"] == 503 and down.headers["Retry-After"] == "1"
+
+
+def test_metrics_of_an_instance_sum_every_worker():
+    with Gunicorn(workers=2, compose=True) as instance:
+        for _ in range(30):
+            requests.get(f"{instance.url}/v1/limits", timeout=5)
+        assert len(instance.workers()) == 2
+        # Workers apply their updates within METRICS_FLUSH_SECONDS [1] (see test_metrics); then every scrape agrees.
+        wait_for(lambda: requests_total(instance, "/v1/limits") == 30, 10, "every worker's updates")
+        scrapes = {requests_total(instance, "/v1/limits") for _ in range(6)}
+        assert scrapes == {30.0}  # whichever worker answers the scrape, it reports the instance
+
+
+
+
+def test_recycled_workers_fork_from_the_preloaded_app_and_keep_counting():
+    body = {"tokens": ["the", "cat", "ate"], "d_model": 8, "n_heads": 4}
+    env = {"GUNICORN_MAX_REQUESTS": "10", "GUNICORN_MAX_REQUESTS_JITTER": "1"}
+    with Gunicorn(env, workers=1, compose=True) as instance:
+        first = instance.workers()
+        answers = [requests.post(f"{instance.url}/v1/multi-head-attention", json=body, timeout=10)
+                   for _ in range(40)]
+        assert [a.status_code for a in answers] == [200] * 40
+        assert len({a.content for a in answers}) == 1                # every worker computes the same
+        assert instance.workers() != first                           # recycled at least once
+        assert requests_total(instance, "/v1/multi-head-attention") == 40.0   # dead workers' counts kept
+        assert "Booting worker" in instance.log() and "Traceback" not in instance.log()

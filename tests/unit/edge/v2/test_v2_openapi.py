@@ -1,0 +1,56 @@
+"""The /v2 operations in openapi.yaml: documented, and true of real answers and errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.edge.test_openapi import SPEC, response_schema, validator
+from tests.unit.edge.v2.test_v2_errors import SDPA
+
+V2 = [(path, method, operation) for path, item in SPEC["paths"].items() if path.startswith("/v2")
+      for method, operation in item.items() if method in ("get", "post")]
+INFER = SPEC["paths"]["/v2/models/{model}/infer"]["post"]
+
+
+def test_every_v2_route_is_documented():
+    assert {(path, method) for path, method, _ in V2} == {
+        ("/v2", "get"), ("/v2/health/live", "get"), ("/v2/health/ready", "get"), ("/v2/models/{model}", "get"),
+        ("/v2/models/{model}/ready", "get"), ("/v2/models/{model}/infer", "post")}
+
+
+@pytest.mark.parametrize(("path", "method", "operation"), V2, ids=[f"{m} {p}" for p, m, _ in V2])
+def test_real_answers_match_their_schema_and_example(client, path, method, operation):
+    assert operation["summary"] and operation["description"]
+    url = path.replace("{model}", "scaled_dot_product_attention" if method == "post" or path.endswith("}")
+                       else "multi_head_attention")
+    media = operation["responses"]["200"]["content"]["application/json"]
+    if method == "post":
+        response = client.post(url, json=operation["requestBody"]["content"]["application/json"]["example"])
+    else:
+        response = client.get(url)
+    assert response.status_code == 200 and response.mimetype == "application/json"
+    validator(media["schema"]).validate(response.get_json())
+    assert response.get_json() == media["example"]
+
+
+def test_infer_documents_the_binary_form():
+    assert set(INFER["requestBody"]["content"]) == {"application/json", "application/octet-stream"}
+    assert "Inference-Header-Content-Length" in INFER["requestBody"]["description"]
+    assert set(INFER["responses"]["200"]["content"]) == {"application/json", "application/octet-stream"}
+    assert "Inference-Header-Content-Length" in INFER["responses"]["200"]["headers"]
+
+
+@pytest.mark.parametrize(("status", "send"), [
+    ("400", {"json": {"inputs": [{"name": "key", "shape": [1, 4], "datatype": "INT32", "data": [1, 2, 3, 4]}]}}),
+    ("404", {"json": {"inputs": []}, "model": "gpt"}),
+    ("413", {"data": b"{" * 17 * 2**20}),
+])
+def test_real_errors_match_the_protocol_error_schema(client, status, send):
+    url = SDPA.replace("scaled_dot_product_attention", send.pop("model", "scaled_dot_product_attention"))
+    response = client.post(url, **send)
+    assert str(response.status_code) == status
+    content_type, media = response_schema("/v2/models/{model}/infer", "post", status)
+    assert response.mimetype == content_type == "application/json"
+    validator(media["schema"]).validate(response.get_json())
+    if "example" in media:
+        assert response.get_json() == media["example"]

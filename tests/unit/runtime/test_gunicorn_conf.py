@@ -1,0 +1,107 @@
+"""service/gunicorn.conf.py read without starting gunicorn: its settings from the environment, the malloc hooks,
+the master's fold of exited workers' metrics files (real servers: tests/live/test_gunicorn.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+from types import SimpleNamespace
+
+from prometheus_client.mmap_dict import MmapedDict
+
+from service.runtime import metrics
+from tests.conftest import ROOT
+
+
+def load_conf(monkeypatch, **env: str) -> dict:
+    import runpy
+
+    settings = ("HOST", "GUNICORN_TIMEOUT", "GUNICORN_GRACEFUL_TIMEOUT", "GUNICORN_MAX_REQUESTS",
+                "GUNICORN_MAX_REQUESTS_JITTER", "GUNICORN_PRELOAD", "GUNICORN_MALLOC_KEEP_MB")
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "WEB_CONCURRENCY", "PORT",
+                 "PROMETHEUS_MULTIPROC_DIR", *settings):
+        monkeypatch.setenv(name, "")  # recorded, so what the conf sets is undone after the test
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))
+
+
+def test_gunicorn_defaults(monkeypatch):
+    conf = load_conf(monkeypatch)
+    assert conf["worker_class"] == "sync" and conf["bind"] == "127.0.0.1:8000"
+    assert conf["workers"] == len(os.sched_getaffinity(0))
+    assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
+    # the README's figures: timeout 30 s, graceful 20 s, recycling after 10000 requests, jitter 1000
+    assert (conf["timeout"], conf["graceful_timeout"], conf["max_requests"], conf["max_requests_jitter"]) == (
+        30, 20, 10000, 1000)
+    assert conf["preload_app"] is True                # a recycled worker forks from the loaded app
+    assert conf["control_socket_disable"] is True     # no admin socket shared by every instance of the user
+    assert load_conf(monkeypatch, GUNICORN_PRELOAD="0")["preload_app"] is False
+
+
+def test_gunicorn_settings_follow_the_environment(monkeypatch):
+    conf = load_conf(monkeypatch, PORT="9123", WEB_CONCURRENCY="3", GUNICORN_TIMEOUT="60",
+                     GUNICORN_GRACEFUL_TIMEOUT="7", GUNICORN_MAX_REQUESTS="500", GUNICORN_MAX_REQUESTS_JITTER="9",
+                     OPENBLAS_NUM_THREADS="2", HOST="0.0.0.0")
+    assert conf["bind"] == "0.0.0.0:9123" and conf["workers"] == 3 and conf["timeout"] == 60
+    assert conf["graceful_timeout"] == 7 and conf["max_requests"] == 500 and conf["max_requests_jitter"] == 9
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "2"
+
+
+def test_workers_keep_freed_buffers_unless_told_not_to(monkeypatch):
+    conf = load_conf(monkeypatch)
+    assert conf["malloc_keep_mb"] == 64
+    conf["post_fork"](None, None)  # mallopt in this process: must not raise (skipped off glibc)
+
+    class Answer:
+        sent = conf["TRIM_AFTER_BYTES"]
+
+    conf["post_request"](None, None, {}, Answer())  # malloc_trim in this process, after a large answer
+    assert load_conf(monkeypatch, GUNICORN_MALLOC_KEEP_MB="0")["malloc_keep_mb"] == 0
+
+
+def _exited_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    with subprocess.Popen(["true"]) as process:
+        process.wait()
+    return process.pid
+
+
+def test_a_fold_never_waits_long_for_scrapes_and_takes_what_it_left_at_the_next_exit(monkeypatch, tmp_path):
+    """The master's loop is what times out stuck workers: a scrape holding the lock (a worker stopped mid-scrape)
+    must not stop it. What a fold leaves stays counted, and the next fold takes it."""
+    conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    exited = tmp_path / f"counter_{_exited_pid()}.db"
+    exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [2.0, 0.0]}))
+    with metrics._scrape_lock(str(tmp_path)):  # a scrape reading
+        fold = threading.Thread(target=conf["_fold_exited_workers"], daemon=True)  # a thread: a regression fails,
+        fold.start()                                                                # it does not hang the suite
+        fold.join(5)
+        assert not fold.is_alive() and exited.exists()
+    conf["_fold_exited_workers"]()
+    assert not exited.exists()
+    [(key, value, _, _)] = MmapedDict.read_all_values_from_file(str(tmp_path / "counter_exited.db"))
+    assert (key, value) == ('["x", "x_total", {}, "help"]', 2.0)
+
+
+def test_a_stray_file_named_past_any_pid_does_not_stop_the_folds(monkeypatch, tmp_path):
+    conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    (tmp_path / "counter_99999999999999999999.db").write_bytes(b"")  # os.kill raised OverflowError on it
+    exited = tmp_path / f"counter_{_exited_pid()}.db"
+    exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [1.0, 0.0]}))
+    conf["_fold_exited_workers"]()
+    assert not exited.exists() and (tmp_path / "counter_exited.db").exists()
+
+
+def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(monkeypatch, tmp_path, caplog):
+    conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    worker = SimpleNamespace(pid=_exited_pid())
+    exited = tmp_path / f"histogram_{worker.pid}.db"
+    exited.write_bytes(conf["_metrics_file"]({'["h", "h_sum", {}, "help"]': [3.0, 0.0]}))
+    (tmp_path / ".exited.partial").mkdir()  # writing the new total fails, as on a full disk
+    conf["child_exit"](SimpleNamespace(log=logging.getLogger("gunicorn.error")), worker)
+    assert "could not tidy" in caplog.text
+    assert exited.exists() and not (tmp_path / "histogram_exited.db").exists()  # still counted, once

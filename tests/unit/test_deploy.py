@@ -1,0 +1,71 @@
+"""docker-compose.yml, Dockerfile and deploy/nginx.conf describe the topology tests/live/test_topology.py runs,
+and agree with the service's settings (read as files: no Docker, no nginx)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from service.operations.limits import Limits
+from tests.harness import (
+    COMPOSE,
+    NGINX_CONF,
+    ROOT,
+    compose_api_command,
+    compose_api_environment,
+    interpolate,
+)
+
+
+def nginx_directive(name: str) -> str:
+    [value] = re.findall(rf"^\s*{name}\s+([^;]+);", NGINX_CONF, re.M)
+    return value
+
+
+def seconds(value: str) -> int:
+    return int(value.removesuffix("s"))
+
+
+def test_compose_runs_the_api_as_the_local_topology_and_the_image_do():
+    api = COMPOSE["services"]["api"]
+    command = compose_api_command()
+    assert command == ["gunicorn", "-c", "service/gunicorn.conf.py", "service.wsgi:app"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [cmd] = re.findall(r"^CMD (\[.*\])$", dockerfile, re.M)
+    assert json.loads(cmd) == command
+    assert int(interpolate(api["deploy"]["replicas"])) == 2
+    env = compose_api_environment()
+    assert all(env[name] == "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"))
+    assert env["API_KEYS"] == "" and env["CORS_ORIGINS"] == ""  # off unless the operator sets them
+    assert f"127.0.0.1:{env['PORT']}/readyz" in " ".join(api["healthcheck"]["test"])
+    assert "/readyz" in re.search(r"^HEALTHCHECK[^\n]*\n[^\n]*", dockerfile, re.M).group(0)
+
+
+def test_the_image_is_slim_and_runs_as_a_non_root_user():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.\d+-slim$", dockerfile, re.M)
+    [user] = re.findall(r"^USER (\S+)$", dockerfile, re.M)
+    assert user not in ("root", "0")
+
+
+def test_compose_nginx_uses_the_repo_config_and_reaches_the_api_port():
+    nginx = COMPOSE["services"]["nginx"]
+    assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in nginx["volumes"]
+    assert nginx["depends_on"]["api"]["condition"] == "service_healthy"
+    assert "/healthz" in " ".join(nginx["healthcheck"]["test"])
+    assert re.search(rf"^\s*server api:{compose_api_environment()['PORT']}\b", NGINX_CONF, re.M)
+
+
+def test_nginx_limits_agree_with_the_service():
+    env = compose_api_environment()
+    body = nginx_directive("client_max_body_size")
+    assert body.endswith("m")
+    assert int(body[:-1]) * 2**20 == int(env["ATTENTION_MAX_BODY_BYTES"]) == Limits().max_body_bytes
+    assert seconds(nginx_directive("proxy_read_timeout")) > int(env["GUNICORN_TIMEOUT"])
+    grace = seconds(interpolate(COMPOSE["services"]["api"]["stop_grace_period"]))
+    assert grace > int(env["GUNICORN_GRACEFUL_TIMEOUT"])
+    assert set(nginx_directive("proxy_next_upstream").split()) == {
+        "error", "timeout", "http_502", "http_503", "http_504", "non_idempotent"}
+    # a request that ran until gunicorn killed its worker is not replayed on another replica
+    assert seconds(nginx_directive("proxy_next_upstream_timeout")) < int(env["GUNICORN_TIMEOUT"])
+    assert nginx_directive("proxy_request_buffering") == "on"  # slow uploads never hold a sync worker
