@@ -9,42 +9,27 @@ bounded whatever the model sizes.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+from cachetools import LRUCache, cached
 
 Value = TypeVar("Value")
 
 
 class ByteBudgetMemo(Generic[Value]):
-    """Memoise ``build(*key)`` results while their total ``size_of`` stays within ``max_bytes``."""
+    """Memoise ``build(*key)`` results while their total ``size_of`` stays within ``max_bytes``.
+
+    cachetools' LRUCache sized by ``size_of``: a value larger than the budget is built and returned but never
+    kept; two threads missing one key both build it and the first one stored is kept (``setdefault``)."""
 
     def __init__(self, build: Callable[..., Value], size_of: Callable[[Value], int], max_bytes: int) -> None:
-        self._build, self._size_of, self.max_bytes = build, size_of, max_bytes
-        self._entries: OrderedDict[Hashable, tuple[Value, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self.max_bytes = max_bytes
+        self._cache: LRUCache[Hashable, Value] = LRUCache(maxsize=max_bytes, getsizeof=size_of)
+        self._memoised = cached(self._cache, key=lambda *key: key, lock=threading.Lock())(build)
 
     def __call__(self, *key: Hashable) -> Value:
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key][0]
-        value = self._build(*key)
-        size = self._size_of(value)
-        if size <= self.max_bytes:
-            with self._lock:
-                if key in self._entries:                    # built meanwhile by another thread: keep that one
-                    self._entries.move_to_end(key)
-                    return self._entries[key][0]
-                self._entries[key] = (value, size)
-                self._bytes += size
-                while self._bytes > self.max_bytes:         # evict the least recently used
-                    _, (_, evicted) = self._entries.popitem(last=False)
-                    self._bytes -= evicted
-        return value
+        return self._memoised(*key)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
+        self._memoised.cache_clear()

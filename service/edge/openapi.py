@@ -94,6 +94,7 @@ def openapi_yaml() -> Response:
 
 def main() -> None:
     """Print the YAML spec (``make openapi`` writes it to openapi.yaml)."""
+    # Not flask-smorest's `flask openapi write`: it dumps spec.to_dict() raw (no document_auth, no description).
     from service.edge import create_app
 
     print(spec_yaml(create_app()), end="")

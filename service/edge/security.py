@@ -109,6 +109,8 @@ class RequireKey:
 class Cors:
     """after_request hook adding CORS headers for allowed origins (``*``: any origin, no credentials)."""
 
+    # Hand-written, not flask-cors 6.0: it echoes only the requested headers in Allow-Headers, and no Vary to others.
+
     def __init__(self, origins: tuple[str, ...]) -> None:
         self.any = "*" in origins
         self.origins = frozenset(origins)

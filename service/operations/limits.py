@@ -47,6 +47,7 @@ class Limits:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:
         """Read ``ATTENTION_MAX_*`` variables (e.g. ATTENTION_MAX_D_MODEL); unset ones keep the default."""
+        # Not environs 15: its env.int takes "1_000" and "١٢٣" (marshmallow Integer), so _positive would stay anyway.
         values = {}
         for field in fields(cls):
             raw = environ.get(env_name(field.name))
