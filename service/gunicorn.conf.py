@@ -26,6 +26,8 @@ import time
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
+from service.runtime import malloc  # noqa: E402
+
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 worker_class = "sync"  # numpy work is CPU-bound: one request per process at a time
 workers = int(os.environ.get("WEB_CONCURRENCY", len(os.sched_getaffinity(0))))
@@ -42,42 +44,12 @@ control_socket_disable = True
 limit_request_line = 8190
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 
-# glibc hands multi-MB buffers back to the kernel on free, so every request page-faults its tensors,
-# weights and answer bytes in again (~40% of a 16 MiB-weights request here). Keep freed blocks up to
-# GUNICORN_MALLOC_KEEP_MB [64; 0 = glibc's defaults] in each worker's heap instead, also after a
-# request large enough to make glibc trim the heap (a 40 MB JSON answer left the next 16 MiB-weights
-# request 13 ms slower, faulting everything in again).
+
+# Freed multi-MB buffers stay in each worker's heap instead of being page-faulted in again per request.
 malloc_keep_mb = int(os.environ.get("GUNICORN_MALLOC_KEEP_MB", "64"))
-# But freed blocks *below* live ones are never returned: after a ~100 MB answer (encoder traces) a worker
-# stayed at ~200-270 MB. After an answer of TRIM_AFTER_BYTES or more, malloc_trim gives back every free page but
-# the kept top (~130 MB then); a few ms, next to the hundreds that such an answer takes.
-TRIM_AFTER_BYTES = 16 * 1024 * 1024
-_malloc: list = []  # in a worker with the settings applied: [libc, bytes kept]
-
-
-def post_fork(server, worker) -> None:
-    """In each worker: glibc mallopt M_MMAP_THRESHOLD (-3), M_TRIM_THRESHOLD (-1), M_TOP_PAD (-2); skipped off glibc."""
-    if malloc_keep_mb <= 0:
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    keep = malloc_keep_mb * 1024 * 1024
-    libc.mallopt(-3, keep)  # blocks below this come from the heap, not a fresh mmap
-    libc.mallopt(-1, 2 * keep)  # and the heap's free top is not returned below this
-    libc.mallopt(-2, keep)  # nor, when it is, all of it: a trim keeps this much mapped
-    libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    _malloc[:] = [libc, keep]
-
-
-def post_request(worker, req, environ, resp) -> None:
-    """After a large answer: glibc malloc_trim, keeping the top the settings above keep (see TRIM_AFTER_BYTES)."""
-    if _malloc and resp.sent >= TRIM_AFTER_BYTES:
-        libc, keep = _malloc
-        libc.malloc_trim(keep)
+_malloc = malloc.MallocTuning(malloc_keep_mb)
+post_fork, post_request = _malloc.post_fork, _malloc.post_request
+TRIM_AFTER_BYTES = malloc.TRIM_AFTER_BYTES  # the tests read it through the loaded config
 
 
 # Load the app once in the master and fork workers from it: a recycled worker (max_requests) is
