@@ -12,21 +12,14 @@ upgrade in place (USR2) share a named directory: the new one does not empty it, 
 it as it is while the other runs].
 """
 
-import contextlib
-import fcntl
-import glob
 import os
-import re
-import shutil
-import struct
-import tempfile
-import time
 
 # Workers are the parallelism: one BLAS thread each, set before any worker imports numpy.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 from service.runtime import malloc  # noqa: E402
+from service.runtime.metrics_dir import MetricsDirectory, metrics_file  # noqa: E402
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 worker_class = "sync"  # numpy work is CPU-bound: one request per process at a time
@@ -51,157 +44,17 @@ _malloc = malloc.MallocTuning(malloc_keep_mb)
 post_fork, post_request = _malloc.post_fork, _malloc.post_request
 TRIM_AFTER_BYTES = malloc.TRIM_AFTER_BYTES  # the tests read it through the loaded config
 
-
 # Load the app once in the master and fork workers from it: a recycled worker (max_requests) is
 # serving again in milliseconds instead of spending 1-2 s importing numpy, Flask and the schemas,
 # which showed up as 150-300 ms p99 spikes under load. GUNICORN_PRELOAD=0 turns it off.
 preload_app = os.environ.get("GUNICORN_PRELOAD", "1") != "0"
 
-# Prometheus multiprocess mode: each worker writes its metrics to files in this directory, which
-# must exist before anything imports prometheus_client (the master does, with preload_app) and be
-# emptied first (stale files of dead pids would be summed). So: here, when the config is loaded.
-# A directory the operator names is only emptied of metrics files (*.db), never removed; and only at
-# the first load in this master: a configuration reload (SIGHUP) must not wipe the live workers' files.
-# An upgrade in place (USR2) runs a new master beside this one until the operator stops one of them:
-# neither may empty or remove what the other's workers write. The new master (GUNICORN_PID set) keeps
-# a named directory's files (so its counters go on), never gets this master's own directory (pre_exec),
-# and a master with a partner leaves a named directory's files at exit (on_exit).
-_own_dir = os.path.join(tempfile.gettempdir(), f"attention-metrics-{os.getpid()}")
-metrics_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", _own_dir)
-
-
-def _remove_metrics_files() -> None:
-    for stale in glob.glob(os.path.join(metrics_dir, "*.db")):
-        os.remove(stale)
-
-
-os.makedirs(metrics_dir, exist_ok=True)
-if os.environ.get("ATTENTION_METRICS_MASTER") != f"{os.getpid()}:{metrics_dir}":
-    os.environ["ATTENTION_METRICS_MASTER"] = f"{os.getpid()}:{metrics_dir}"
-    if metrics_dir == _own_dir or "GUNICORN_PID" not in os.environ:
-        _remove_metrics_files()  # stale files of dead pids would be summed in
-
-
-def child_exit(server, worker):  # master, after a worker exited (recycled, killed, timed out)
-    from prometheus_client import multiprocess
-
-    try:
-        multiprocess.mark_process_dead(worker.pid)  # its in-flight gauge no longer counts
-        _fold_exited_workers()
-    except Exception:  # e.g. a full disk: the files stay, still counted, and the master goes on
-        server.log.exception("could not tidy exited workers' metrics files")
-
-
-# Exited workers' counter and histogram files are added up into <kind>_exited.db, one per kind: left
-# there, every recycled or killed worker's two files stayed for good, and a scrape reads every file
-# (~0.2 ms each: 0.22 s after 500 exited workers, seconds after weeks). Here, not in service.runtime.metrics:
-# with GUNICORN_PRELOAD=0 the master must not import the app (a SIGHUP would no longer reload it).
-_PER_PROCESS = re.compile(r"(counter|histogram)_(\d+)\.db")
-_FOLD_WAIT_SECONDS = 0.5  # this loop also times out stuck workers: never wait long for the lock
-
-
-def _fold_exited_workers() -> None:
-    """Fold the files of every process that no longer exists (this exited worker's, and any a busy lock left)
-    under an exclusive flock on the directory, which scrapes share (service.runtime.metrics): each value seen once."""
-    fd = os.open(metrics_dir, os.O_RDONLY)
-    try:
-        if not _lock_within(fd, _FOLD_WAIT_SECONDS):
-            return  # scrapes are reading: the next worker exit folds these too
-        exited: dict[str, list[str]] = {}
-        for name in os.listdir(metrics_dir):
-            if (match := _PER_PROCESS.fullmatch(name)) and not _exists(int(match[2])):
-                exited.setdefault(match[1], []).append(os.path.join(metrics_dir, name))
-        for kind, paths in exited.items():
-            _fold(os.path.join(metrics_dir, f"{kind}_exited.db"), paths)
-    finally:
-        os.close(fd)  # and with it the lock
-
-
-def _lock_within(fd: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # someone else's, or no pid at all (a stray file): not ours to fold
-        pass
-    return True
-
-
-def _fold(total_path: str, paths: list[str]) -> None:
-    """Add the values in ``paths`` into the file at ``total_path``, key by key, then remove them. All or nothing:
-    the new total is written with plain writes (a full disk raises; prometheus-client's mmap writes would kill
-    the master with SIGBUS) and swapped in whole before any file goes."""
-    from prometheus_client.mmap_dict import MmapedDict
-
-    totals: dict[str, list[float]] = {}
-    for path in (total_path, *paths):
-        if os.path.exists(path) and os.path.getsize(path):  # an empty one (killed while creating it) holds nothing
-            for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(path):
-                total = totals.setdefault(key, [0.0, 0.0])
-                total[0] += value
-                total[1] = max(total[1], timestamp)
-    partial = os.path.join(os.path.dirname(total_path), ".exited.partial")  # not *.db: no scrape lists it
-    try:
-        with open(partial, "wb") as out:
-            out.write(_metrics_file(totals))
-        os.replace(partial, total_path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(partial)
-    for path in paths:
-        os.remove(path)
-
-
-def _metrics_file(values: dict[str, list[float]]) -> bytes:
-    """prometheus-client's file layout (see MmapedDict): the bytes used (int32) and 4 padding bytes, then per key
-    its length (int32), the UTF-8 key padded with spaces to 8-byte alignment, the value and timestamp (doubles)."""
-    entries = []
-    for key, (value, timestamp) in values.items():
-        encoded = key.encode()
-        padded = encoded + b" " * (8 - (len(encoded) + 4) % 8)
-        entries.append(struct.pack(f"i{len(padded)}sdd", len(encoded), padded, value, timestamp))
-    body = b"".join(entries)
-    return struct.pack("ii", 8 + len(body), 0) + body
-
-
-def pre_exec(server):  # the new master of an upgrade in place (USR2), before it execs
-    # After a SIGHUP, the environment it is given holds this master's variables: it makes its own directory.
-    server.cfg.env_orig.pop("ATTENTION_METRICS_MASTER", None)
-    if server.cfg.env_orig.get("PROMETHEUS_MULTIPROC_DIR") == _own_dir:
-        del server.cfg.env_orig["PROMETHEUS_MULTIPROC_DIR"]
-
-
-def _partner_alive(server) -> bool:
-    """Whether the other master of an upgrade in place still runs. gunicorn's own marks lag: master_pid stays set
-    until the loop notices the old master left (~1 s), reexec_pid until the new one is reaped. (Both masters
-    stopped at once each see the other alive: the files stay until the next start empties them.)"""
-    if server.master_pid and server.master_pid == os.getppid():  # the old master, our parent, is still there
-        return True
-    if server.reexec_pid:  # the new master, our child: running unless waitpid reaps it now
-        try:
-            return os.waitpid(server.reexec_pid, os.WNOHANG) == (0, 0)
-        except ChildProcessError:
-            return False
-    return False
-
-
-def on_exit(server):
-    if metrics_dir == _own_dir:
-        shutil.rmtree(metrics_dir, ignore_errors=True)  # nobody else's
-    elif not _partner_alive(server):  # else the other master's workers still write there
-        _remove_metrics_files()
+# Made and emptied here, at config load: before anything (a preloaded app) imports prometheus_client.
+_metrics = MetricsDirectory.at_config_load()
+metrics_dir = _metrics.path
+pre_exec, child_exit, on_exit = _metrics.pre_exec, _metrics.child_exit, _metrics.on_exit
+# The tests fold and write metrics files through the loaded config, as the master does.
+_fold_exited_workers, _metrics_file = _metrics.fold_exited_workers, metrics_file
 
 
 # One sendall per response (bodies up to ONE_WRITE_MAX): gunicorn writes the status line and headers,
