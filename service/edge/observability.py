@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import random
 import re
 import sys
 import time
@@ -32,6 +31,7 @@ from werkzeug.wsgi import get_content_length
 
 from service.runtime import metrics
 from service.runtime.logwriter import LineWriter, stdout_lines
+from service.runtime.requestid import fresh_id
 
 HEADER = "X-Request-Id"
 ENVIRON_KEY = "HTTP_" + HEADER.upper().replace("-", "_")  # where WSGI puts that request header
@@ -43,12 +43,6 @@ METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 def request_id() -> str | None:
     """The current request's id (None outside a request)."""
     return request.environ.get(REQUEST_ID) if has_request_context() else None
-
-
-def fresh_id() -> str:
-    """32 random hex digits. An id needs to be unique, not secret: Python's generator (reseeded in every
-    forked worker) instead of os.urandom, a system call per request."""
-    return f"{random.getrandbits(128):032x}"
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,6 +1,6 @@
 """Prometheus metrics of the service (no Flask here: compute code and batch can call the hooks).
 
-Under gunicorn the metrics are in prometheus-client's multiprocess mode: gunicorn.conf.py sets
+Under gunicorn the metrics are in prometheus-client's multiprocess mode: service.runtime.metrics_dir sets
 PROMETHEUS_MULTIPROC_DIR (and empties it) before any worker imports prometheus_client, marks dead
 workers and folds their files into one per kind; :func:`exposition` then sums every worker's files,
 so a scrape that lands on any worker sees the whole instance. Without that variable (tests,
@@ -41,7 +41,7 @@ from service.runtime.deferred import Deferred
 # In multiprocess mode every update of a value asks os.getpid() (a system call) whether the process
 # forked since. prometheus-client's MultiProcessValue takes another process_identifier
 # ("at your own risk", its docstring says: it must differ between live processes); ours must be the
-# pid (files are named by it, and gunicorn.conf.py marks dead pids), so it is read from a box refreshed
+# pid (files are named by it, and metrics_dir marks dead pids), so it is read from a box refreshed
 # in every forked child, through C callables only (no Python frame per update). values.ValueClass is
 # what every metric reads when it creates a value: set before the first metric below.
 _PID = [os.getpid()]
@@ -193,7 +193,7 @@ def _has_bytes(path: str) -> bool:
 @contextmanager
 def _scrape_lock(directory: str) -> Iterator[None]:
     """A shared flock on the metrics directory itself (no lock file left in it): scrapes share it; the gunicorn
-    master's fold of exited workers' files (gunicorn.conf.py) takes it alone."""
+    master's fold of exited workers' files (metrics_dir.MetricsDirectory) takes it alone."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
