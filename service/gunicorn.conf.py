@@ -14,7 +14,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 from service.runtime import gunicorn_patches, malloc  # noqa: E402
-from service.runtime.metrics_dir import MetricsDirectory, metrics_file  # noqa: E402
+from service.runtime.metrics_dir import MetricsDirectory  # noqa: E402
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 worker_class = "sync"  # numpy work is CPU-bound: one request per process at a time
@@ -42,8 +42,5 @@ post_fork, post_request = _malloc.post_fork, _malloc.post_request
 _metrics = MetricsDirectory.at_config_load()
 metrics_dir = _metrics.path
 pre_exec, child_exit, on_exit = _metrics.pre_exec, _metrics.child_exit, _metrics.on_exit
-# The tests reach these through the loaded config, as the master does.
-_fold_exited_workers, _metrics_file = _metrics.fold_exited_workers, metrics_file
-TRIM_AFTER_BYTES = malloc.TRIM_AFTER_BYTES
 
 gunicorn_patches.install()

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from prometheus_client.mmap_dict import MmapedDict
 
 from service.runtime import metrics
+from service.runtime.malloc import TRIM_AFTER_BYTES
+from service.runtime.metrics_dir import metrics_file
 from tests.conftest import ROOT
 
 
@@ -57,7 +59,7 @@ def test_workers_keep_freed_buffers_unless_told_not_to(monkeypatch):
     conf["post_fork"](None, None)  # mallopt in this process: must not raise (skipped off glibc)
 
     class Answer:
-        sent = conf["TRIM_AFTER_BYTES"]
+        sent = TRIM_AFTER_BYTES
 
     conf["post_request"](None, None, {}, Answer())  # malloc_trim in this process, after a large answer
     assert load_conf(monkeypatch, GUNICORN_MALLOC_KEEP_MB="0")["malloc_keep_mb"] == 0
@@ -75,13 +77,14 @@ def test_a_fold_never_waits_long_for_scrapes_and_takes_what_it_left_at_the_next_
     must not stop it. What a fold leaves stays counted, and the next fold takes it."""
     conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
     exited = tmp_path / f"counter_{_exited_pid()}.db"
-    exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [2.0, 0.0]}))
+    exited.write_bytes(metrics_file({'["x", "x_total", {}, "help"]': [2.0, 0.0]}))
     with metrics._scrape_lock(str(tmp_path)):  # a scrape reading
-        fold = threading.Thread(target=conf["_fold_exited_workers"], daemon=True)  # a thread: a regression fails,
-        fold.start()                                                                # it does not hang the suite
+        # a thread: a regression fails, it does not hang the suite
+        fold = threading.Thread(target=conf["_metrics"].fold_exited_workers, daemon=True)
+        fold.start()
         fold.join(5)
         assert not fold.is_alive() and exited.exists()
-    conf["_fold_exited_workers"]()
+    conf["_metrics"].fold_exited_workers()
     assert not exited.exists()
     [(key, value, _, _)] = MmapedDict.read_all_values_from_file(str(tmp_path / "counter_exited.db"))
     assert (key, value) == ('["x", "x_total", {}, "help"]', 2.0)
@@ -91,8 +94,8 @@ def test_a_stray_file_named_past_any_pid_does_not_stop_the_folds(monkeypatch, tm
     conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
     (tmp_path / "counter_99999999999999999999.db").write_bytes(b"")  # os.kill raised OverflowError on it
     exited = tmp_path / f"counter_{_exited_pid()}.db"
-    exited.write_bytes(conf["_metrics_file"]({'["x", "x_total", {}, "help"]': [1.0, 0.0]}))
-    conf["_fold_exited_workers"]()
+    exited.write_bytes(metrics_file({'["x", "x_total", {}, "help"]': [1.0, 0.0]}))
+    conf["_metrics"].fold_exited_workers()
     assert not exited.exists() and (tmp_path / "counter_exited.db").exists()
 
 
@@ -100,7 +103,7 @@ def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(monkeyp
     conf = load_conf(monkeypatch, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
     worker = SimpleNamespace(pid=_exited_pid())
     exited = tmp_path / f"histogram_{worker.pid}.db"
-    exited.write_bytes(conf["_metrics_file"]({'["h", "h_sum", {}, "help"]': [3.0, 0.0]}))
+    exited.write_bytes(metrics_file({'["h", "h_sum", {}, "help"]': [3.0, 0.0]}))
     (tmp_path / ".exited.partial").mkdir()  # writing the new total fails, as on a full disk
     conf["child_exit"](SimpleNamespace(log=logging.getLogger("gunicorn.error")), worker)
     assert "could not tidy" in caplog.text
