@@ -7,7 +7,7 @@ the common case only (one object, no ``partial``); anything else goes to marshma
 non-null value of a field with no load hooks goes straight to its ``_deserialize`` and, if it has any, its
 validators: what ``Field.deserialize`` does for it after five calls that do nothing there (its missing and
 null checks, and an ``And`` of no validators built and called).
-``tests/test_schemas_base.py`` loads valid and invalid requests through both and checks they agree.
+``tests/unit/schemas/test_schemas_base.py`` loads valid and invalid requests through both and checks they agree.
 """
 
 from __future__ import annotations

@@ -87,7 +87,8 @@ class Tally(Deferred):
     update that fails when applied is logged and lost; the others and the timer go on.
 
     Applying a histogram's added-up observations takes its ``_sum`` and ``_buckets`` values (prometheus-client
-    has no public "observe n times"); tests/test_metrics.py compares the result with plain ``observe`` calls.
+    has no public "observe n times"); tests/unit/runtime/test_metrics.py compares the result with plain
+    ``observe`` calls.
     """
 
     def _reset(self) -> None:
