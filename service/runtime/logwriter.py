@@ -1,8 +1,7 @@
 """The per-request log lines, written to stdout in batches instead of one write per request.
 
-Through gunicorn, a write per request cost ~20 µs of a demo-sized request's ~550 µs of worker CPU
-(the system call, and the file system's bookkeeping when stdout is a file): ~4% of throughput.
-nginx's ``access_log ... buffer= flush=`` makes the same trade. Lines wait in memory until they
+A write per request costs a system call (and the file system's bookkeeping when stdout is a file) on every
+request; nginx's ``access_log ... buffer= flush=`` makes the same trade. Lines wait in memory until they
 would make a batch larger than LOG_BUFFER_BYTES, for at most LOG_FLUSH_SECONDS (a timer thread
 flushes an idle worker), and are written at exit (service.deferred: only a SIGKILL loses lines, at
 most one interval's).

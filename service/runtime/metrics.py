@@ -79,9 +79,8 @@ BATCH_ITEMS = Histogram("batch_items", "Items per /v1/batch request.", buckets=B
 class Tally(Deferred):
     """Counter and histogram updates of this process, added up in memory and applied to the metric values
     in one go: within ``max_seconds`` (METRICS_FLUSH_SECONDS [1]), at exit and before each exposition
-    (service.deferred). In multiprocess mode each update of a value is a locked write to a memory-mapped
-    file behind several Python calls: a demo-sized request made 11 (9 of them counters and histograms), ~90 k
-    of its 1.29 M instructions (~40 µs of worker CPU through gunicorn); here an update is a dictionary addition.
+    (service.runtime.deferred). In multiprocess mode each update of a value is a locked write to a memory-mapped
+    file behind several Python calls, and a request makes several; here an update is a dictionary addition.
     The price: another worker's last second may be missing from a scrape, as from any Prometheus scrape
     interval. ``max_seconds <= 0``: every update goes straight to the metric, through its public methods. An
     update that fails when applied is logged and lost; the others and the timer go on.
