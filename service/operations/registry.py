@@ -9,7 +9,7 @@ how a mask is read, what its picture is and, for those served over /v2, the mode
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,8 @@ class Operation:
     """One operation. ``doc``: summary line, blank line, description. ``area``: the /v1 blueprint (its tag).
     ``stacked``: the inputs /v1/batch stacks along a new axis to compute a group in one call (empty: one by one).
     ``per_head_mask``: its mask may carry a head axis (engine.is_per_head). ``batch_request``: the body schema
-    of a batch item (None: not in /v1/batch). ``path``: under /v1, may hold a path parameter (``<model>``)."""
+    of a batch item (None: not in /v1/batch). ``path``: under /v1, may hold a path parameter (``<model>``), which
+    joins the params; ``path_example`` gives its value for the documented example."""
 
     name: str
     area: str
@@ -91,6 +92,7 @@ class Operation:
     batch_request: type[Schema] | None = None
     v2: V2Model | None = None
     path: str = ""
+    path_example: dict[str, str] = field(default_factory=dict)
 
     @property
     def route(self) -> str:

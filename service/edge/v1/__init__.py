@@ -49,7 +49,7 @@ def operation_route(blp: Blueprint, operation: Operation) -> None:
     location = "json" if operation.method == "POST" else "query"
     errors = BODY_ERRORS if operation.method == "POST" else (422,)
     view = blp.documents(*errors)(view)
-    view = blp.response(200, operation.response, dump=False, example=examples.response(operation.name))(view)
+    view = blp.response(200, operation.response, dump=False, example=examples.answer(operation))(view)
     request_example = {"example": operation.example} if location == "json" else {}
     view = blp.arguments(operation.request(), location=location, **request_example)(view)
     if operation.drawing is not None:

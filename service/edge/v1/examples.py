@@ -10,7 +10,7 @@ import orjson
 
 from service.edge.jsonio import dumps, round_arrays
 from service.operations.limits import Limits
-from service.operations.registry import OPERATIONS
+from service.operations.registry import OPERATIONS, Operation
 from service.runtime import metrics
 
 # Every operation's, and a batch of other examples plus an item with a typo (it alone gets a 422).
@@ -31,8 +31,12 @@ def request(name: str) -> dict[str, Any]:
 @cache
 def response(name: str) -> dict[str, Any]:
     """The service's real answer to :func:`request` (plain JSON values)."""
-    operation = OPERATIONS[name]
-    params = operation.request().load(operation.example)
+    return answer(OPERATIONS[name])
+
+
+def answer(operation: Operation) -> dict[str, Any]:
+    """The real answer to ``operation``'s example (its path parameters from ``path_example``)."""
+    params = {**operation.request().load(operation.example), **operation.path_example}
     with metrics.unrecorded():
         return as_json(round_arrays(operation.compute(params, Limits()), params.get("decimals")))
 

@@ -287,7 +287,7 @@ def test_exited_workers_fold_into_one_file_per_kind_and_the_scrape_stays_the_sam
             "    os.waitpid(child, 0)\n"
             "    children.append(child)\n"
             "before = metrics.exposition()[0]\n"
-            "conf['_fold_exited_workers']()\n"
+            "conf['_metrics'].fold_exited_workers()\n"
             "after = metrics.exposition()[0]\n"
             "print(os.getpid(), *children)\n"
             "print(sorted(before.splitlines()) == sorted(after.splitlines()))\n"
