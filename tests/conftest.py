@@ -4,7 +4,6 @@ tests/live/conftest.py)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,17 +32,11 @@ from tests.seed_reference import load_seed  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]  # tests read files of the repository
 
 
-@pytest.fixture(autouse=True)
-def _request_lines_written_in_their_test() -> Iterator[None]:
-    """Each test's request log lines are written before its teardown ends, while pytest still captures fd 1.
-
-    The app batches its lines (service/runtime/logwriter.py) and writes them from a timer thread up to
-    LOG_FLUSH_SECONDS later, or at exit: written between two tests, or after pytest has given fd 1 back, they
-    went to the terminal (a full run ended with hundreds of them). Flushed here, they land in the test's own
-    captured output (shown when it fails), and tests that read them (capfd) still do."""
-    yield
-    if stdout_lines.cache_info().currsize:  # only a writer some app of this process made
-        stdout_lines().flush()
+# In this process the apps' request log lines are written as each request ends, inside its test, where pytest
+# captures fd 1: batched (service/runtime/logwriter.py), a timer thread wrote them up to LOG_FLUSH_SECONDS later,
+# between tests or after pytest gave fd 1 back, onto the terminal (a flush in each test's teardown still let
+# some through). Batching itself is tested in tests/unit/runtime/test_logwriter.py.
+stdout_lines().max_seconds = 0
 
 
 @pytest.fixture
