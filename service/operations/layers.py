@@ -27,7 +27,7 @@ from service.problems import pointer
 LAYER_INPUTS = ("X", "query", "key", "value")  # what the layers call their input and its projections
 
 
-def _weights(params: Params, heads: int, n: int, layers: int = 1, *, per_head_mask: bool = False) -> dict:
+def _weighing(params: Params, heads: int, n: int, layers: int = 1, *, per_head_mask: bool = False) -> dict:
     """The Work fields of B * h * n * n (* layers) weights; B counts a mask's batch axes too. ``per_head_mask``:
     a mask with one axis more than X is one mask per head (engine.is_per_head), whose head axis is not a batch."""
     x_ndim = 2 if "tokens" in params else params["embeddings"].ndim
@@ -60,7 +60,7 @@ def work_self_attention(params: Params) -> Work:
             ("max_heads", 1, pointer("n_heads")))
     width, where = d_k or d, pointer("d_k" if "d_k" in params else input_member(params))
     output = Along(batch * n * width, 1 + LAYER_TRACE_ARRAYS * params["trace"], where)
-    return Work(dims, **_weights(params, 1, n), along=(output,), macs=batch * n * 3 * d * width,
+    return Work(dims, **_weighing(params, 1, n), along=(output,), macs=batch * n * 3 * d * width,
                 draws=_draws(params, "self-attention", d, 3 * d * width))
 
 
@@ -80,7 +80,7 @@ def work_multi_head(params: Params) -> Work:
     heads = params["n_heads"]
     dims = (*sentence_dims(params, n, d), ("max_heads", heads, pointer("n_heads")))
     output = Along(batch * n * d, 1 + LAYER_TRACE_ARRAYS * params["trace"], pointer(input_member(params)))
-    return Work(dims, **_weights(params, heads, n, per_head_mask=True), along=(output,), macs=batch * n * 4 * d * d,
+    return Work(dims, **_weighing(params, heads, n, per_head_mask=True), along=(output,), macs=batch * n * 4 * d * d,
                 draws=_draws(params, "multi-head-attention", d, 4 * d * d))
 
 
@@ -121,7 +121,7 @@ def work_encoder(params: Params) -> Work:
     hidden = Along(batch * n * d_ff, 1, pointer("d_ff") if "d_ff" in params else where, returned=False, repeat=layers)
     output = Along(batch * n * d, 1 + ENCODER_TRACE_ARRAYS * layers * params["trace"], where)
     per_layer = 4 * d * d + 2 * d * d_ff  # Q, K, V, W_o, then W_1, W_2
-    return Work(dims, **_weights(params, heads, n, layers, per_head_mask=True), along=(hidden, output),
+    return Work(dims, **_weighing(params, heads, n, layers, per_head_mask=True), along=(hidden, output),
                 macs=batch * n * layers * per_layer, draws=_draws(params, "encoder", d, layers * per_layer))
 
 

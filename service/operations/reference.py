@@ -38,8 +38,8 @@ def compute_embed(params: Params, limits: Limits) -> Result:
 def work_positional_encoding(params: Params) -> Work:
     """n_positions * d_model numbers; both are query parameters of the GET."""
     n, d = params["n_positions"], params["d_model"]
-    dims = (("max_sequence_length", n, "?n_positions"), ("max_d_model", d, "?d_model"))
-    return Work(dims, along=(Along(n * d, 1, "?n_positions", checked=False),))
+    dims = (("max_sequence_length", n, "n_positions"), ("max_d_model", d, "d_model"))
+    return Work(dims, query=True, along=(Along(n * d, 1, "n_positions", checked=False),))
 
 
 def compute_positional_encoding(params: Params, limits: Limits) -> Result:
@@ -49,9 +49,8 @@ def compute_positional_encoding(params: Params, limits: Limits) -> Result:
 
 
 def work_causal_mask(params: Params) -> Work:
-    """size * size booleans."""
-    return Work((("max_sequence_length", params["size"], "?size"),),
-                along=(Along(params["size"] ** 2, 1, "?size", checked=False),))
+    """size * size booleans, bound by the sequence length alone (not a /v1/batch op: no cost to count)."""
+    return Work((("max_sequence_length", params["size"], "size"),), query=True)
 
 
 def compute_causal_mask(params: Params, limits: Limits) -> Result:

@@ -43,13 +43,15 @@ class Along:
 
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """What one request computes. ``dims``: (limit, value, where) checked in order, ``where`` a JSON Pointer or
-    ``?name`` for a query parameter. ``weights``: attention weights of one copy (B * h * n_q * n_k * layers), of
-    which ``copies`` arrays are computed (see :func:`weight_arrays`); ``returns_weights`` whether they are in
-    the answer. ``macs``: multiply-adds of projections and feed-forward. ``draws``: (layer key, random numbers)
-    of seeded weights, counted once per distinct layer in a batch."""
+    """What one request computes. ``dims``: (limit, value, where) checked in order, ``where`` a JSON
+    Pointer, or with ``query`` the name of a query parameter. ``weights``: attention weights of one copy
+    (B * h * n_q * n_k * layers), of which ``copies`` arrays are computed (see :func:`weight_arrays`);
+    ``returns_weights`` whether they are in the answer. ``macs``: multiply-adds of projections and
+    feed-forward. ``draws``: (layer key, random numbers) of seeded weights, counted once per distinct layer
+    in a batch."""
 
     dims: tuple[tuple[str, int, str], ...] = ()
+    query: bool = False
     weights: int = 0
     weights_where: str = ""
     copies: int = 1
@@ -85,8 +87,8 @@ def weighing(params: Params, weights: int, where: str) -> dict[str, Any]:
 def check(work: Work, limits: Limits) -> None:
     """Raise :class:`LimitExceeded` (422) at the first limit ``work`` is past, before any compute."""
     for name, value, where in work.dims:
-        if where.startswith("?"):
-            limits.check(name, value, parameter=where[1:])
+        if work.query:
+            limits.check(name, value, parameter=where)
         else:
             limits.check(name, value, pointer=where)
     if work.weights:

@@ -3,7 +3,6 @@ service itself, so the spec can never show numbers the service would not return.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import orjson
@@ -28,14 +27,9 @@ def request(name: str) -> dict[str, Any]:
     return REQUESTS[name]
 
 
-@cache
-def response(name: str) -> dict[str, Any]:
-    """The service's real answer to :func:`request` (plain JSON values)."""
-    return answer(OPERATIONS[name])
-
-
 def answer(operation: Operation) -> dict[str, Any]:
-    """The real answer to ``operation``'s example (its path parameters from ``path_example``)."""
+    """The service's real answer to ``operation``'s example, as plain JSON values (its path parameters from
+    ``path_example``)."""
     params = {**operation.request().load(operation.example), **operation.path_example}
     with metrics.unrecorded():
         return as_json(round_arrays(operation.compute(params, Limits()), params.get("decimals")))

@@ -201,11 +201,11 @@ def test_batch_sizes_hook(client):
 
 def test_documented_examples_are_not_counted_as_work(client):
     from service.edge.v1 import examples
+    from service.operations.registry import OPERATIONS
 
     client.post("/v1/multi-head-attention", json=DEMO5)  # counted: the sum is live
     before = elements_sum()
-    examples.response.cache_clear()
-    examples.response("multi-head-attention")
+    examples.answer(OPERATIONS["multi-head-attention"])
     assert elements_sum() == before
 
 
