@@ -12,8 +12,9 @@ from .demos import DEMOS, Demo
 from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, layer_norm
 from .errors import AttentionError, UnknownTokenError
 from .functional import AttentionTrace, scaled_dot_product_attention, softmax, trace_attention
-from .layers import MultiHeadAttention, SelfAttention
+from .layers import SelfAttention
 from .masks import causal_mask, is_per_head, padding_mask
+from .multihead import MultiHeadAttention
 from .positional import positional_encoding
 from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
 

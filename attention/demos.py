@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .functional import scaled_dot_product_attention, softmax
-from .layers import MultiHeadAttention, SelfAttention
+from .layers import SelfAttention
 from .masks import causal_mask
+from .multihead import MultiHeadAttention
 from .positional import positional_encoding
 from .vocabulary import DIMENSIONS, embed
 

@@ -20,7 +20,8 @@ from ._checks import as_real_array, in_working_dtype, positive_int, seed_int
 from ._memo import ByteBudgetMemo
 from .errors import AttentionError
 from .functional import Attended, AttentionTrace
-from .layers import CastCache, MultiHeadAttention, _input
+from .layers import CastCache, _input
+from .multihead import MultiHeadAttention
 
 LAYER_NORM_EPS = 1e-5        # PyTorch's default: keeps a constant row from dividing by zero
 FEED_FORWARD_SEED_OFFSET = 200

@@ -47,7 +47,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 import attention
-from attention.functional import TILE_BYTES
+from attention.kernel import TILE_BYTES
 
 try:
     import torch

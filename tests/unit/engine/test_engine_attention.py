@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import attention
-from attention import _checks, functional
+from attention import _checks, kernel
 from attention._checks import SMALL_CHECK
 
 
@@ -41,7 +41,7 @@ def rng():
 def tile_elements(request, monkeypatch):
     """Run each test once as a single tile and once split into many small tiles."""
     if request.param:
-        monkeypatch.setattr(functional, "TILE_BYTES", request.param * 8)
+        monkeypatch.setattr(kernel, "TILE_BYTES", request.param * 8)
     return request.param
 
 

@@ -51,7 +51,7 @@ def test_chunks_of_batch_items_change_nothing(rng, monkeypatch, mask_shape, retu
     x = rng.normal(size=(2, 3, 6, 12))                                  # two batch axes: 6 items
     mask = None if mask_shape is None else rng.random(mask_shape) > 0.3
     whole = mha(x, mask, causal=True, return_weights=return_weights)
-    monkeypatch.setattr(attention.layers, "CHUNK_BYTES", 1)           # one item per chunk
+    monkeypatch.setattr(attention.multihead, "CHUNK_BYTES", 1)           # one item per chunk
     chunked = mha(x, mask, causal=True, return_weights=return_weights)
     for a, b in zip(whole, chunked, strict=True):
         np.testing.assert_array_equal(a, b)
