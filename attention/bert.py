@@ -1,0 +1,228 @@
+"""A trained BERT-family encoder, computed with the engine's own attention kernel.
+
+BERT is the paper's encoder stack (``attention/encoder.py``) with everything learned, and three
+additions at the bottom:
+
+    embeddings = LayerNorm(word[token] + position[i] + token_type[segment])
+    each layer = self-attention (with biases) -> add & LayerNorm -> GELU feed-forward -> add & LayerNorm
+
+Positions are learned vectors, not sinusoids; the token type tells the first sentence of a pair from
+the second. The layer norm comes after each residual add ("post-LN"), as in the paper.
+
+Weights arrive by their Hugging Face names (``attention/pretrained.py`` reads them from a folder); they
+are rearranged once, here, into the layout the forward pass wants (``x @ W`` with W (d_in, d_out), Q, K
+and V side by side), and kept in the checkpoint's float32. A float64 call casts one layer at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .blocks import gelu, learned_layer_norm, linear
+from .encoder import EncoderLayerTrace
+from .errors import AttentionError
+from .functional import AttentionTrace, default_scale, require_finite, trace_attention
+from .kernel import GroupMask, attend_groups
+from .masks import padding_mask
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The shape of a BERT encoder (the names are the engine's; config.json's are in ``pretrained``)."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_ff: int
+    vocab_size: int
+    max_positions: int
+    type_vocab_size: int
+    layer_norm_eps: float
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class BertOutput:
+    """``output`` (B, n, d_model), the last hidden state; ``weights``: per layer (B, h, n, n) or None;
+    ``hidden_states``: the embeddings and every layer's output, n_layers + 1 arrays (B, n, d_model), or None.
+    Padded positions (past an item's length) are zeros in every array, as padded query rows of the weights."""
+
+    output: np.ndarray
+    weights: list[np.ndarray] | None
+    hidden_states: list[np.ndarray] | None
+
+
+class _Layer:
+    """One layer's weights, in the forward pass's layout, read-only."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], prefix: str) -> None:
+        def dense(name: str) -> tuple[np.ndarray, np.ndarray]:
+            return tensors[f"{prefix}{name}.weight"].T, tensors[f"{prefix}{name}.bias"]
+
+        parts = [dense(f"attention.self.{p}") for p in ("query", "key", "value")]
+        self.w_qkv = _frozen(np.concatenate([w for w, _ in parts], axis=1))      # (d_model, 3 d_model)
+        self.b_qkv = _frozen(np.concatenate([b for _, b in parts]))             # (3 d_model,)
+        self.w_o, self.b_o = map(_frozen, dense("attention.output.dense"))       # (d_model, d_model)
+        self.norm_1 = _norm(tensors, f"{prefix}attention.output.LayerNorm")
+        self.w_1, self.b_1 = map(_frozen, dense("intermediate.dense"))           # (d_model, d_ff)
+        self.w_2, self.b_2 = map(_frozen, dense("output.dense"))                 # (d_ff, d_model)
+        self.norm_2 = _norm(tensors, f"{prefix}output.LayerNorm")
+
+    def cast(self, dtype: np.dtype) -> _Layer:
+        """These weights in ``dtype``: the layer itself for float32, a per-call float64 copy otherwise."""
+        if dtype == self.w_qkv.dtype:
+            return self
+        copy = object.__new__(_Layer)
+        copy.__dict__ = {k: tuple(a.astype(dtype) for a in v) if isinstance(v, tuple) else v.astype(dtype)
+                         for k, v in self.__dict__.items()}
+        return copy
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A contiguous float32 copy that nobody may change: shared by every request (and every worker)."""
+    out = np.ascontiguousarray(array, dtype=np.float32)
+    out = out.copy() if out is array else out
+    out.setflags(write=False)
+    return out
+
+
+def _norm(tensors: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A LayerNorm's (scale, shift)."""
+    return _frozen(tensors[f"{name}.weight"]), _frozen(tensors[f"{name}.bias"])
+
+
+class Bert:
+    """A BERT encoder over token ids: ``Bert(config, tensors)`` with the checkpoint's tensors by their
+    Hugging Face names (without the ``bert.`` prefix; the pooler is not used)."""
+
+    def __init__(self, config: BertConfig, tensors: Mapping[str, np.ndarray]) -> None:
+        self.config = config
+        self.word = _frozen(tensors["embeddings.word_embeddings.weight"])          # (vocab, d_model)
+        self.position = _frozen(tensors["embeddings.position_embeddings.weight"])  # (max_positions, d_model)
+        self.token_type = _frozen(tensors["embeddings.token_type_embeddings.weight"])  # (types, d_model)
+        self.norm = _norm(tensors, "embeddings.LayerNorm")
+        self.layers = [_Layer(tensors, f"encoder.layer.{i}.") for i in range(config.n_layers)]
+        self._scale = default_scale(config.d_k)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights held (float32)."""
+        arrays = [self.word, self.position, self.token_type, *self.norm]
+        arrays += [a for layer in self.layers for v in layer.__dict__.values()
+                   for a in (v if isinstance(v, tuple) else (v,))]
+        return sum(a.nbytes for a in arrays)
+
+    def embed(self, token_ids: np.ndarray, token_type_ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """ids, types (B, n) -> LayerNorm(word + position + token type) (B, n, d_model) in ``dtype``."""
+        self._check_ids(token_ids, token_type_ids)
+        n = token_ids.shape[-1]
+        x = self.word[token_ids].astype(dtype, copy=False)                    # (B, n, d_model), a gather
+        x += self.position[:n].astype(dtype, copy=False)                      # position i's learned vector
+        x += self.token_type[token_type_ids].astype(dtype, copy=False)        # first or second sentence
+        return learned_layer_norm(x, *(a.astype(dtype, copy=False) for a in self.norm), self.config.layer_norm_eps)
+
+    def _check_ids(self, token_ids: np.ndarray, token_type_ids: np.ndarray) -> None:
+        config = self.config
+        if token_ids.ndim != 2 or token_ids.dtype.kind not in "iu" or token_ids.shape[1] == 0:
+            raise AttentionError("token_ids", f"expected (B, n) integers, got {token_ids.dtype} {token_ids.shape}")
+        if token_type_ids.shape != token_ids.shape or token_type_ids.dtype.kind not in "iu":
+            raise AttentionError("token_type_ids", f"expected {token_ids.shape} integers")
+        if token_ids.shape[1] > config.max_positions:
+            raise AttentionError("token_ids", f"{token_ids.shape[1]} tokens; the model has "
+                                              f"{config.max_positions} positions")
+        for name, ids, size in (("token_ids", token_ids, config.vocab_size),
+                                ("token_type_ids", token_type_ids, config.type_vocab_size)):
+            if ids.min() < 0 or ids.max() >= size:
+                raise AttentionError(name, f"ids must be in [0, {size})")
+
+    def __call__(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None,
+                 lengths: np.ndarray | None = None, *, dtype: type = np.float32, return_weights: bool = True,
+                 hidden_states: bool = False) -> BertOutput:
+        """token_ids (B, n) -> :class:`BertOutput`. ``token_type_ids`` (B, n): zeros when None. ``lengths``
+        (B,): the real tokens of each item, the rest padding (keys it never attends to); None: all real."""
+        dtype = np.dtype(dtype)
+        types = np.zeros_like(token_ids) if token_type_ids is None else token_type_ids
+        x = self.embed(token_ids, types, dtype)                                # (B, n, d_model)
+        b, n, _ = x.shape
+        mask = None if lengths is None else GroupMask(padding_mask(lengths, n)[:, None], (b, self.config.n_heads))
+        states, weights = [x], []
+        for layer in self.layers:
+            w = np.empty((b * self.config.n_heads, n, n), dtype) if return_weights else None  # (B*h, n, n)
+            x = self._layer(layer.cast(dtype), x, mask, w)
+            states.append(x)
+            weights.append(w)
+        keep = None if lengths is None else padding_mask(lengths, n)[:, 0, :]  # (B, n): real positions
+        return BertOutput(
+            _zero_padding(x, keep),
+            [_zero_padding(w.reshape(b, -1, n, n), keep, rows=True) for w in weights] if return_weights else None,
+            [_zero_padding(s, keep) for s in states] if hidden_states else None)
+
+    @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it
+    def _layer(self, layer: _Layer, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None) -> np.ndarray:
+        """One encoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B*h, n, n) filled if given."""
+        q, k, v = self._project(layer, x)                                      # each (B*h, n, d_k)
+        q *= x.dtype.type(self._scale)
+        heads = attend_groups(q, k, v, mask, False, weights)                   # (B*h, n, d_k)
+        attended = linear(self._concatenate(heads, x.shape), layer.w_o, layer.b_o)
+        first = learned_layer_norm(x + attended, *layer.norm_1, self.config.layer_norm_eps)   # add & norm
+        return learned_layer_norm(first + self._feed_forward(layer, first), *layer.norm_2,
+                                  self.config.layer_norm_eps)                  # add & norm
+
+    def _project(self, layer: _Layer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x (B, n, d_model) -> q, k, v each (B*h, n, d_k), contiguous (one projection for all three)."""
+        b, n, _ = x.shape
+        h, d_k = self.config.n_heads, self.config.d_k
+        qkv = linear(x, layer.w_qkv, layer.b_qkv)                              # (B, n, 3 d_model)
+        qkv = np.ascontiguousarray(qkv.reshape(b, n, 3, h, d_k).transpose(2, 0, 3, 1, 4))  # (3, B, h, n, d_k)
+        return tuple(qkv.reshape(3, b * h, n, d_k))
+
+    def _concatenate(self, heads: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+        """(B*h, n, d_k) -> the heads side by side (B, n, h*d_k)."""
+        b, n, d = shape
+        return heads.reshape(b, self.config.n_heads, n, self.config.d_k).transpose(0, 2, 1, 3).reshape(b, n, d)
+
+    def _feed_forward(self, layer: _Layer, x: np.ndarray) -> np.ndarray:
+        """Position-wise GELU(x W_1 + b_1) W_2 + b_2: (B, n, d_model) -> (B, n, d_ff) -> (B, n, d_model)."""
+        return linear(gelu(linear(x, layer.w_1, layer.b_1)), layer.w_2, layer.b_2)
+
+    def trace(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None, *,
+              dtype: type = np.float32) -> list[EncoderLayerTrace]:
+        """Every stage of every layer for unpadded token_ids (B, n), as the toy encoder's trace names them:
+        per head q, k, v, scores, scaled scores, masked scores, weights; the attention after W_o; the first
+        add & norm; the feed-forward output; the layer output."""
+        dtype = np.dtype(dtype)
+        types = np.zeros_like(token_ids) if token_type_ids is None else token_type_ids
+        x, traces = self.embed(token_ids, types, dtype), []
+        for layer in self.layers:
+            traces.append(self._trace_layer(layer.cast(dtype), x))
+            x = traces[-1].output
+        return traces
+
+    @np.errstate(over="ignore", invalid="ignore")
+    def _trace_layer(self, layer: _Layer, x: np.ndarray) -> EncoderLayerTrace:
+        """:meth:`_layer`, keeping every stage."""
+        b, n, _ = x.shape
+        per_head = (b, self.config.n_heads, n, self.config.d_k)
+        q, k, v = (a.reshape(per_head) for a in self._project(layer, x))       # each (B, h, n, d_k)
+        stages = trace_attention(q, k, v, scale=self._scale)
+        attended = linear(self._concatenate(stages.output, x.shape), layer.w_o, layer.b_o)
+        require_finite(attended, "X")
+        first = learned_layer_norm(x + attended, *layer.norm_1, self.config.layer_norm_eps)
+        feed_forward = self._feed_forward(layer, first)
+        output = learned_layer_norm(first + feed_forward, *layer.norm_2, self.config.layer_norm_eps)
+        attention = AttentionTrace(**{**stages.__dict__, "output": attended, "q": q, "k": k, "v": v})
+        return EncoderLayerTrace(attention, first, feed_forward, output)
+
+
+def _zero_padding(array: np.ndarray, keep: np.ndarray | None, *, rows: bool = False) -> np.ndarray:
+    """``array`` (B, n, d), or with ``rows`` weights (B, h, n, n), with the positions that ``keep`` (B, n) marks
+    False (padding) set to 0, in place: a padded query row would otherwise hold weights over the real keys."""
+    if keep is not None and not keep.all():
+        array *= keep[:, None, :, None] if rows else keep[:, :, None]
+    return array
