@@ -16,7 +16,7 @@ and V side by side), and kept in the checkpoint's float32. A float64 call casts 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +49,8 @@ class BertConfig:
 
 @dataclass(frozen=True)
 class BertOutput:
-    """``output`` (B, n, d_model), the last hidden state; ``weights``: per layer (B, h, n, n) or None;
+    """``output`` (B, n, d_model), the last hidden state; ``weights``: per layer (B, h, n, n) (None for a layer
+    not asked for), or None;
     ``hidden_states``: the embeddings and every layer's output, n_layers + 1 arrays (B, n, d_model), or None.
     Padded positions (past an item's length) are zeros in every array, as padded query rows of the weights."""
 
@@ -143,24 +144,28 @@ class Bert:
 
     def __call__(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None,
                  lengths: np.ndarray | None = None, *, dtype: type = np.float32, return_weights: bool = True,
-                 hidden_states: bool = False) -> BertOutput:
+                 weights_of: Collection[int] | None = None, hidden_states: bool = False) -> BertOutput:
         """token_ids (B, n) -> :class:`BertOutput`. ``token_type_ids`` (B, n): zeros when None. ``lengths``
-        (B,): the real tokens of each item, the rest padding (keys it never attends to); None: all real."""
+        (B,): the real tokens of each item, the rest padding (keys it never attends to); None: all real.
+        ``weights_of``: the layers whose weights are kept (default all; the others' are None, never stored)."""
         dtype = np.dtype(dtype)
         types = np.zeros_like(token_ids) if token_type_ids is None else token_type_ids
         x = self.embed(token_ids, types, dtype)                                # (B, n, d_model)
         b, n, _ = x.shape
         mask = None if lengths is None else GroupMask(padding_mask(lengths, n)[:, None], (b, self.config.n_heads))
         states, weights = [x], []
-        for layer in self.layers:
-            w = np.empty((b * self.config.n_heads, n, n), dtype) if return_weights else None  # (B*h, n, n)
+        keep_weights = range(len(self.layers)) if weights_of is None else frozenset(weights_of)
+        for i, layer in enumerate(self.layers):
+            kept = return_weights and i in keep_weights
+            w = np.empty((b * self.config.n_heads, n, n), dtype) if kept else None   # (B*h, n, n)
             x = self._layer(layer.cast(dtype), x, mask, w)
             states.append(x)
             weights.append(w)
         keep = None if lengths is None else padding_mask(lengths, n)[:, 0, :]  # (B, n): real positions
         return BertOutput(
             _zero_padding(x, keep),
-            [_zero_padding(w.reshape(b, -1, n, n), keep, rows=True) for w in weights] if return_weights else None,
+            [None if w is None else _zero_padding(w.reshape(b, -1, n, n), keep, rows=True) for w in weights]
+            if return_weights else None,
             [_zero_padding(s, keep) for s in states] if hidden_states else None)
 
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it

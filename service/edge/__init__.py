@@ -18,12 +18,14 @@ from flask import Flask
 from service.edge import health, observability, pages, security
 from service.edge.jsonio import OrjsonProvider
 from service.edge.smorest import init_api
-from service.edge.v1 import attention, batch, demos, heatmap, limits, reference
+from service.edge.v1 import attention, batch, demos, heatmap, limits, models, reference
 from service.edge.v2 import routes as v2
+from service.operations import catalogue
 from service.operations.limits import Limits
 
 # flask-smorest blueprints: routed and documented in the OpenAPI spec.
-BLUEPRINTS = (attention.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp, batch.blp)
+BLUEPRINTS = (attention.blp, models.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp,
+              batch.blp)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -45,7 +47,9 @@ class App(Flask):
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
-    the limits read from the environment."""
+    the limits read from the environment. The models ATTENTION_MODELS names are loaded here: in gunicorn's
+    master (preload), before the fork, so every worker shares their pages."""
+    catalogue.install(catalogue.from_env())
     app = App(__name__)
     app.json = OrjsonProvider(app)
     app.config.update(config or {})

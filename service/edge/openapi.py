@@ -14,6 +14,7 @@ from flask import Blueprint, Flask, Response, current_app
 
 from service.edge.jsonio import dumps
 from service.edge.security import document_auth
+from service.edge.v1 import models
 
 DESCRIPTION = """\
 The forward pass of "Attention Is All You Need" in numpy, over HTTP. Tensors are nested JSON
@@ -72,6 +73,7 @@ def spec_dict(app: Flask) -> dict[str, Any]:
     spec = orjson.loads(dumps(app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()))
     spec["info"]["description"] = DESCRIPTION
     document_auth(spec)
+    models.document_served(spec)
     return _readable(spec)
 
 

@@ -68,13 +68,14 @@ def _num(value: float) -> str:
 def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = None,
                    col_labels: Sequence[str] | None = None, title: str | None = None,
                    panel_titles: Sequence[str] | None = None, annotate: bool | None = None,
-                   decimals: int = 2) -> str:
+                   decimals: int = 2, columns: int | None = None) -> str:
     """The SVG document of ``weights`` (n_q, n_k) or (p, n_q, n_k): one heatmap panel per leading index.
 
     Rows are queries (``row_labels``, n_q of them), columns keys (``col_labels``, n_k); both default to
     positions 0..n-1. ``panel_titles`` (p of them) default to "head i" for 3-d input. Values are
     expected in [0, 1] (the caller checks). ``annotate`` writes each value in its cell with
-    ``decimals`` decimals; None means "when the cells are large enough to read".
+    ``decimals`` decimals; None means "when the cells are large enough to read". ``columns``: panels per
+    row (default as many as fit in 1200 px; a model's answer: its heads, one row per layer).
     """
     written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
     weights = written.astype(np.float64, copy=False)
@@ -99,7 +100,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     panel_title_h = 22.0 if any(panel_titles) else 0.0
     grid_w, grid_h = n_k * cell, n_q * cell
     panel_w, panel_h = left + grid_w + 24, panel_title_h + top_labels + grid_h + 24
-    columns = max(1, min(p, int(1200 // panel_w)))
+    columns = max(1, min(p, columns or int(1200 // panel_w)))
     title_h = 34.0 if title else 8.0
     legend_w = 110.0
     width = columns * panel_w + legend_w

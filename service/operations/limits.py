@@ -1,8 +1,10 @@
 """Request limits, read from the environment once per app, served at GET /v1/limits.
 
 Defaults allow the paper's base model (d_model 512, d_ff 2048, 6 layers; up to 16 heads), and
-keep one request well inside a worker's memory and timeout: at most 2**20 attention weights
-(8 MiB as float64, ~20 MiB as JSON) and a 16 MiB body (~850k numbers, ~30 MiB once parsed).
+keep one request well inside a worker's memory and timeout: at most 2**21 attention weights
+(16 MiB as float64, ~40 MiB as JSON: every layer and head of MiniLM, 6 x 12, at 128 tokens is 1.18 M)
+and a 16 MiB body (~850k numbers, ~30 MiB once parsed). A model's text is at most 10,000 code points:
+the tokenizer takes ~2 s a megabyte, so length is judged before tokenizing.
 A batch holds at most 256 items, each within the limits above, and a budget of 2**25 in all: each
 number computed counts 1 and each number returned 3 more, so an answer holds at most ~8 M numbers
 (~64 MiB of arrays, ~180 MB of JSON); 256 items of (n=128, d_model=64, h=4) without weights fit.
@@ -37,9 +39,10 @@ class Limits:
     max_d_ff: int = 2048
     max_heads: int = 16
     max_layers: int = 6
-    max_weight_elements: int = 2**20
+    max_weight_elements: int = 2**21
     max_output_elements: int = 2**21
     max_json_depth: int = 32
+    max_text_chars: int = 10_000
     max_heatmap_cells: int = 16384
     max_batch_items: int = 256
     max_batch_elements: int = 2**25

@@ -47,18 +47,23 @@ def panel_titles(leading: tuple[int, ...], axes: tuple[str, ...]) -> list[str]:
 
 def compute_heatmap(drawing: Drawing, params: dict[str, Any], result: dict[str, Any], limits: Limits) -> str:
     """SVG of the weights in an operation's ``result`` (its ``layers``' for a stack), labelled with the tokens if
-    given."""
+    given. A model's layers say which layer and heads they are: one row of panels per layer, titled by them."""
+    layout = {}
     if "layers" in result:
         weights = np.stack([layer["weights"] for layer in result["layers"]])  # (L, B?, h, n, n)
     else:
         weights = np.asarray(result["weights"])  # (B?, h?, n_q, n_k)
-    named = len(drawing.before_batch) + len(drawing.after_batch)
-    batch = ("batch",) if weights.ndim - 2 > named else ()
-    leading = weights.shape[:-2]
-    titles = panel_titles(leading, (*drawing.before_batch, *batch, *drawing.after_batch))
-    tokens = params.get("tokens")
+    if result.get("layers") and "heads" in result["layers"][0]:
+        layers = result["layers"]
+        titles = [f"layer {layer['layer']} · head {head}" for layer in layers for head in layer["heads"]]
+        layout["columns"] = len(layers[0]["heads"])
+    else:
+        named = len(drawing.before_batch) + len(drawing.after_batch)
+        batch = ("batch",) if weights.ndim - 2 > named else ()
+        titles = panel_titles(weights.shape[:-2], (*drawing.before_batch, *batch, *drawing.after_batch))
+    tokens = result.get("tokens") or params.get("tokens")
     return draw(weights.reshape(-1, *weights.shape[-2:]), limits, where={"parameter": "format"},
-                row_labels=tokens, col_labels=tokens, title=drawing.title, panel_titles=titles)
+                row_labels=tokens, col_labels=tokens, title=drawing.title, panel_titles=titles, **layout)
 
 
 @cache

@@ -18,6 +18,7 @@ from marshmallow import Schema
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
+from schemas.pretrained import ModelAttentionRequest, ModelAttentionResponse
 from schemas.reference import (
     CausalMaskQuery,
     CausalMaskResponse,
@@ -27,7 +28,8 @@ from schemas.reference import (
     PositionalEncodingResponse,
 )
 from schemas.v2 import AttentionParameters, MultiHeadParameters
-from service.operations import attention, layers, reference
+from service.operations import attention, layers, pretrained, reference
+from service.operations.catalogue import DEFAULT_NAME
 from service.operations.limits import Limits
 from service.operations.pictures import Drawing
 from service.operations.sizes import Params, Work
@@ -75,7 +77,8 @@ class Operation:
     ``stacked``: the inputs /v1/batch stacks along a new axis to compute a group in one call (empty: one by one).
     ``per_head_mask``: its mask may carry a head axis (engine.is_per_head). ``batch_request``: the body schema
     of a batch item (None: not in /v1/batch). ``path``: under /v1, may hold a path parameter (``<model>``), which
-    joins the params; ``path_example`` gives its value for the documented example."""
+    joins the params; ``path_example`` gives its value for the documented example. ``admit(params, limits)``:
+    checks that must come before ``work`` can even be sized (a text's length, before it is tokenized)."""
 
     name: str
     area: str
@@ -85,6 +88,7 @@ class Operation:
     work: Callable[[Params], Work]
     compute: Callable[[Params, Limits], Result]
     example: dict[str, Any]
+    admit: Callable[[Params, Limits], None] | None = None
     method: str = "POST"
     stacked: tuple[str, ...] = ()
     per_head_mask: bool = False
@@ -195,6 +199,17 @@ PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle), se
 Lower-triangular booleans: row i may attend to columns 0..i (true = may attend).""",
         CausalMaskQuery, CausalMaskResponse, reference.work_causal_mask, reference.compute_causal_mask,
         {"size": 3}, method="GET"),
+    Operation(
+        "model-attention", "models", """A trained model's attention on any sentence.
+
+The text (and text_pair) through the model's own tokenizer and its n_layers x n_heads attention heads,
+computed by the numpy engine (equal to transformers' BertModel to 1e-5 in float32). Returns the word
+pieces, the last hidden state and, for the selected layers and heads (default all), the weights
+(h, n, n) as /v1/encoder's layers. The example: layer 0, head 0 of "the dog ate".""",
+        ModelAttentionRequest, ModelAttentionResponse, pretrained.work, pretrained.compute,
+        {"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3}, admit=pretrained.admit,
+        drawing=Drawing("Attention weights", ("layer",), ("head",)), path="/models/<model>/attention",
+        path_example={"model": DEFAULT_NAME}),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
 V2_MODELS = {op.v2.name: op for op in OPERATIONS.values() if op.v2 is not None}

@@ -48,7 +48,8 @@ class Work:
     (B * h * n_q * n_k * layers), of which ``copies`` arrays are computed (see :func:`weight_arrays`);
     ``returns_weights`` whether they are in the answer. ``macs``: multiply-adds of projections and
     feed-forward. ``draws``: (layer key, random numbers) of seeded weights, counted once per distinct layer
-    in a batch."""
+    in a batch. ``fewer``: pointers to the members that select less of the answer, named beside a refusal of
+    its size (weights, heatmap cells, numbers along the positions)."""
 
     dims: tuple[tuple[str, int, str], ...] = ()
     query: bool = False
@@ -60,6 +61,7 @@ class Work:
     along: tuple[Along, ...] = ()
     macs: int = 0
     draws: tuple[Hashable, int] | None = None
+    fewer: tuple[str, ...] = ()  # members that ask for less of the answer (a model's /layers, /heads)
 
 
 def weight_arrays(params: Params) -> int:
@@ -91,6 +93,16 @@ def check(work: Work, limits: Limits) -> None:
             limits.check(name, value, parameter=where)
         else:
             limits.check(name, value, pointer=where)
+    try:
+        _check_answer(work, limits)
+    except LimitExceeded as exc:
+        exc.members["errors"] += [{"pointer": where, "detail": "Select fewer to make the answer smaller."}
+                                  for where in work.fewer]
+        raise
+
+
+def _check_answer(work: Work, limits: Limits) -> None:
+    """The limits on the size of the answer: its weights, their picture, the numbers along the positions."""
     if work.weights:
         _check_copies(limits, "max_weight_elements", work.weights, work.copies, work.weights_where)
         if work.heatmap:  # the answer is their picture
@@ -136,7 +148,8 @@ DESCRIPTIONS = {
     "max_d_ff": "Encoder feed-forward width.",
     "max_heads": "Attention heads.",
     "max_layers": "Encoder layers.",
-    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder; with "
+    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder and a "
+                           "model's selected layers and heads; with "
                            "trace times 5, the four n * n stages and the weights beside them, or 4 when "
                            "return_weights is false).",
     "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
@@ -146,6 +159,7 @@ DESCRIPTIONS = {
                            "q, k, v (4 arrays in all; the encoder 1 + 7 per layer); and the encoder's feed-forward "
                            "layer B * n * d_ff.",
     "max_json_depth": "Nesting depth of the JSON body.",
+    "max_text_chars": "Code points of a model's text (and of text_pair), judged before tokenizing.",
     "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
     "max_batch_items": "Items in one POST /v1/batch (413 above it).",
     "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "

@@ -48,6 +48,7 @@ def operation_route(blp: Blueprint, operation: Operation) -> None:
     view.__doc__ = operation.doc
     location = "json" if operation.method == "POST" else "query"
     errors = BODY_ERRORS if operation.method == "POST" else (422,)
+    errors = (*errors, 404) if "<" in operation.route else errors  # an unknown path parameter (a model)
     view = blp.documents(*errors)(view)
     view = blp.response(200, operation.response, dump=False, example=examples.answer(operation))(view)
     request_example = {"example": operation.example} if location == "json" else {}

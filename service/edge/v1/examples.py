@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from service.edge.jsonio import dumps, round_arrays
+from service.operations.catalogue import ModelNotFound
 from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
 from service.runtime import metrics
@@ -27,12 +28,15 @@ def request(name: str) -> dict[str, Any]:
     return REQUESTS[name]
 
 
-def answer(operation: Operation) -> dict[str, Any]:
+def answer(operation: Operation) -> dict[str, Any] | None:
     """The service's real answer to ``operation``'s example, as plain JSON values (its path parameters from
-    ``path_example``)."""
+    ``path_example``); None when the example's model is not served (ATTENTION_MODELS without the default)."""
     params = {**operation.request().load(operation.example), **operation.path_example}
-    with metrics.unrecorded():
-        return as_json(round_arrays(operation.compute(params, Limits()), params.get("decimals")))
+    try:
+        with metrics.unrecorded():
+            return as_json(round_arrays(operation.compute(params, Limits()), params.get("decimals")))
+    except ModelNotFound:
+        return None
 
 
 def as_json(value: Any) -> Any:

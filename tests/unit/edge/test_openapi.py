@@ -17,6 +17,8 @@ from service.edge.openapi import spec_yaml
 from service.edge.security import is_protected
 from service.edge.v1 import examples
 from service.edge.v1.heatmap import EXAMPLE as HEATMAP_EXAMPLE
+from service.operations.catalogue import DEFAULT_NAME
+from service.operations.registry import OPERATIONS as REGISTRY_OPERATIONS
 from tests.conftest import ROOT
 
 SPEC_FILE = ROOT / "openapi.yaml"
@@ -77,8 +79,13 @@ def test_every_operation_is_described_with_examples_and_errors(path, method, ope
             assert response["$ref"].startswith("#/components/responses/")
 
 
+# Spec path -> the registry operation it routes (a path parameter may end it: /v1/models/{model}/attention).
+ROUTED = {"/v1" + op.route.replace("<", "{").replace(">", "}"): name for name, op in REGISTRY_OPERATIONS.items()}
+
+
 def request_for(path: str, method: str, client, name: str | None = None):
-    name = name or path.rsplit("/", 1)[1]
+    name = name or ROUTED.get(path) or path.rsplit("/", 1)[1]
+    path = path.replace("{model}", DEFAULT_NAME)
     if method == "post":
         return client.post(path, json=HEATMAP_EXAMPLE if name == "heatmap" else examples.request(name))
     query = examples.REQUESTS.get(name)

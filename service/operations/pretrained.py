@@ -1,0 +1,128 @@
+"""A trained model on any sentence: POST /v1/models/{model}/attention, the /v1/batch op ``model-attention`` and
+the model's /v2 entry.
+
+``admit`` judges the text's length before anything reads it (tokenizing takes ~2 s a megabyte), ``work`` tokenizes
+and says what the request computes (service.operations.sizes), ``compute`` runs the engine's BERT and keeps the
+selected layers and heads. ``compute_stacked`` runs items of one model and length as one engine call (/v1/batch).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import attention as engine
+from service.operations import sizes
+from service.operations.catalogue import ServedModel, lookup
+from service.operations.inputs import EngineCall, Result
+from service.operations.limits import Limits
+from service.operations.sizes import ENCODER_TRACE_ARRAYS, Along, Params, Work
+from service.problems import ValidationProblem, pointer
+
+TEXTS = ("text", "text_pair")
+FEWER = (pointer("layers"), pointer("heads"))
+
+
+def admit(params: Params, limits: Limits) -> None:
+    """Refuse a text longer than ``max_text_chars`` code points, before it is tokenized."""
+    for name in TEXTS:
+        if name in params:
+            limits.check("max_text_chars", len(params[name]), pointer=pointer(name))
+
+
+@functools.lru_cache(maxsize=512)  # work() and compute() of one request, and the same sentences again
+def _encode(tokenizer: engine.WordPieces, text: str, pair: str | None) -> engine.Encoded:
+    return tokenizer.encode(text, pair)
+
+
+def encoded(model: ServedModel, params: Params) -> engine.Encoded:
+    """The request's word pieces; text with no token but the specials ([CLS] [SEP]) is a 422."""
+    encoding = _encode(model.pretrained.tokenizer, params["text"], params.get("text_pair"))
+    if encoding.special.all():
+        where = "text" if "text_pair" not in params or _encode(
+            model.pretrained.tokenizer, params["text"], None).special.all() else "text_pair"
+        raise ValidationProblem.at(pointer(where), f"The model's tokenizer finds no token in {where} "
+                                                   "(only [CLS] and [SEP] would remain).")
+    return encoding
+
+
+def selected(params: Params, name: str, count: int) -> list[int]:
+    """The requested layers or heads, in increasing order (default all); one past ``count`` is a 422."""
+    chosen = params.get(name)
+    if chosen is None:
+        return list(range(count))
+    for i, index in enumerate(chosen):
+        if index >= count:
+            raise ValidationProblem.at(pointer(name, i), f"{name[:-1]} {index} is out of range: the model has "
+                                                         f"{count} {name}, 0 to {count - 1}.")
+    return sorted(chosen)
+
+
+def work(params: Params) -> Work:
+    """One sentence of n tokens: L_sel * h_sel * n * n weights returned; per layer B * n * d_ff hidden numbers
+    computed only; n * d_model outputs (with hidden states L + 1 more, with trace 7 a selected layer)."""
+    model = lookup(params["model"])
+    config = model.config
+    n = len(encoded(model, params).tokens)
+    if n > config.max_positions:  # the model has no position past its last learned one
+        raise ValidationProblem.at(pointer("text"), f"{n} tokens, past the model's {config.max_positions} positions "
+                                   f"(max_positions, GET /v1/models/{model.name}).",
+                                   limit={"name": "max_positions", "maximum": config.max_positions, "value": n})
+    layers = selected(params, "layers", config.n_layers)
+    heads = selected(params, "heads", config.n_heads)
+    where = pointer("text")
+    arrays = 1 + (config.n_layers + 1) * params["return_hidden_states"]
+    arrays += ENCODER_TRACE_ARRAYS * len(layers) * params["trace"]
+    hidden = Along(n * config.d_ff, 1, where, returned=False, repeat=config.n_layers)
+    per_layer = 4 * config.d_model**2 + 2 * config.d_model * config.d_ff  # Q, K, V, W_o, W_1, W_2
+    return Work((("max_sequence_length", n, where),),
+                **sizes.weighing(params, len(layers) * len(heads) * n * n, pointer("layers")),
+                along=(hidden, Along(n * config.d_model, arrays, where)), macs=n * config.n_layers * per_layer,
+                fewer=FEWER)
+
+
+def compute(params: Params, limits: Limits) -> Result:
+    """{tokens, token_ids, output (n, d_model), layers [{layer, heads, weights (h_sel, n, n), trace?}],
+    hidden_states?}: the model on the request's text, after every check."""
+    admit(params, limits)
+    size = work(params)
+    sizes.check(size, limits)
+    model = lookup(params["model"])
+    encoding = encoded(model, params)
+    with EngineCall((), list, params, size.weights):
+        return _answer(model, params, encoding)
+
+
+def _answer(model: ServedModel, params: Params, encoding: engine.Encoded) -> Result:
+    bert, config = model.pretrained.bert, model.config
+    layers = selected(params, "layers", config.n_layers)
+    heads = selected(params, "heads", config.n_heads)
+    pick = slice(None) if len(heads) == config.n_heads else heads
+    ids, types = encoding.ids[None], encoding.type_ids[None]                  # (1, n)
+    result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist()}
+    if params["trace"]:
+        traces = bert.trace(ids, types, dtype=params["dtype"])
+        result["output"] = traces[-1].output[0]
+        result["layers"] = [_traced_layer(i, heads, pick, traces[i]) for i in layers]
+        if params["return_hidden_states"]:
+            first = bert.embed(ids, types, np.dtype(params["dtype"]))
+            result["hidden_states"] = [first[0], *(t.output[0] for t in traces)]
+        return result
+    out = bert(ids, types, dtype=params["dtype"], weights_of=layers, hidden_states=params["return_hidden_states"])
+    result["output"] = out.output[0]                                          # (n, d_model)
+    result["layers"] = [{"layer": i, "heads": heads, "weights": out.weights[i][0, pick]} for i in layers]
+    if out.hidden_states is not None:
+        result["hidden_states"] = [state[0] for state in out.hidden_states]
+    return result
+
+
+def _traced_layer(index: int, heads: list[int], pick: slice | list[int], trace: engine.EncoderLayerTrace) -> dict:
+    """A selected layer with its trace: per selected head q, k, v, the score stages and weights; the attention
+    after W_o and the add & norm and feed-forward stages, as /v1/encoder names them."""
+    stages = trace.as_dict()
+    attention = {name: (array[0] if name == "output" else array[0, pick]) for name, array in
+                 stages.pop("attention").items()}
+    layer = {name: array[0] for name, array in stages.items()}
+    return {"layer": index, "heads": heads, "weights": attention["weights"], "trace": {"attention": attention,
+                                                                                         **layer}}
