@@ -206,3 +206,128 @@ def test_docs_try_it_out_calls_the_running_server(browser, live):
                              ".live-responses-table .response-col_description pre'); return b && b.textContent")
     assert '"max_heatmap_cells"' in body
     assert console_errors(browser) == []
+
+
+# The real-model mode, against the default model (all-minilm-l6-v2: 6 layers x 12 heads).
+SENTENCE = "The animal didn't cross the street because it was too tired."
+
+
+@pytest.fixture(scope="module")
+def live_without_models() -> Iterator[str]:
+    """The real gunicorn serving no model (ATTENTION_MODELS empty)."""
+    with gunicorn_server(WEB_CONCURRENCY="1", ATTENTION_MODELS="") as url:
+        yield url
+
+
+def open_real_mode(driver: Any, url: str) -> list[dict]:
+    """The playground switched to the real model by its radio button; the models the API lists."""
+    open_playground(driver, url)
+    driver.find_element("css selector", "#mode-real").click()
+    models = requests.get(f"{url}/v1/models", timeout=10).json()["models"]
+    wait_for(driver, f"return document.querySelectorAll('#model option').length === {len(models)} && "
+                     "document.querySelector('#model-info').textContent")
+    return models
+
+
+def run_model(driver: Any, text: str, pair: str = "") -> None:
+    set_field(driver, "#text", text)
+    set_field(driver, "#text-pair", pair)
+    driver.find_element("css selector", "#run-model").click()
+    wait_for(driver, "return !document.querySelector('#model-results').hidden")
+
+
+def choose(driver: Any, selector: str, value: int) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("css selector", selector)).select_by_value(str(value))
+
+
+SHOWN_HEAD = """const f = document.querySelector('#model-heatmap figure');
+    return f && f.dataset.layer === arguments[0] && f.dataset.head === arguments[1] &&
+    [...f.querySelectorAll('rect.cell')].map(cell => Number(cell.getAttribute('data-value')));"""
+
+
+def test_toy_mode_says_plainly_that_its_weights_are_random(browser, live):
+    open_playground(browser, live)
+    notice = browser.find_element("css selector", "#toy-notice")
+    assert notice.is_displayed()
+    assert "random" in notice.text and "mean nothing" in notice.text
+    assert browser.find_element("css selector", "#mode-toy").is_selected()
+    assert not browser.find_element("css selector", "#real-mode").is_displayed()
+    assert console_errors(browser) == []  # the toy mode does not ask for the models
+
+
+def test_real_model_shows_the_chosen_head_labelled_with_the_word_pieces(browser, live):
+    models = open_real_mode(browser, live)
+    assert [option.text for option in browser.find_elements("css selector", "#model option")] == [
+        model["name"] for model in models]
+    assert browser.find_element("css selector", "#model").get_attribute("value") == "all-minilm-l6-v2"
+    assert not browser.find_element("css selector", "#toy-notice").is_displayed()
+    run_model(browser, SENTENCE)
+    answer = requests.post(f"{live}/v1/models/all-minilm-l6-v2/attention", json={"text": SENTENCE},
+                           timeout=30).json()
+    assert answer["tokens"][:3] == ["[CLS]", "the", "animal"]
+    shown = browser.execute_script("return [...document.querySelectorAll('#model-tokens code')]"
+                                   ".map(c => c.textContent)")
+    assert shown == answer["tokens"]
+    labels = browser.execute_script("""return [...document.querySelectorAll('#model-heatmap svg .panel text')]
+        .map(t => t.textContent)""")
+    n = len(answer["tokens"])
+    assert labels[:2 * n] == answer["tokens"] * 2  # the row labels, the column labels, then the values in cells
+    values = wait_for(browser, SHOWN_HEAD, "0", "0")
+    assert values == [value for row in answer["layers"][0]["weights"][0] for value in row]  # exact: same text
+    choose(browser, "#layer", 3)
+    choose(browser, "#head", 7)
+    values = wait_for(browser, SHOWN_HEAD, "3", "7")
+    np.testing.assert_array_equal(np.reshape(values, (n, n)), answer["layers"][3]["weights"][7])
+    assert console_errors(browser) == []
+
+
+def test_model_view_has_every_layer_and_head_and_a_click_enlarges_one(browser, live):
+    [model] = [model for model in open_real_mode(browser, live) if model["name"] == "all-minilm-l6-v2"]
+    assert (model["n_layers"], model["n_heads"]) == (6, 12)
+    run_model(browser, "The dog ate.", pair="It was hungry.")
+    tokens = requests.post(f"{live}/v1/models/all-minilm-l6-v2/attention", timeout=30,
+                           json={"text": "The dog ate.", "text_pair": "It was hungry."}).json()["tokens"]
+    assert tokens.count("[SEP]") == 2
+    cells = browser.execute_script("""return [...document.querySelectorAll('#model-view button.thumb')].map(b =>
+        [Number(b.dataset.layer), Number(b.dataset.head), b.querySelector('canvas').width])""")
+    assert cells == [[layer, head, len(tokens)] for layer in range(6) for head in range(12)]  # one pixel a weight
+    browser.find_element("css selector", "#model-view button[data-layer='5'][data-head='11']").click()
+    wait_for(browser, SHOWN_HEAD, "5", "11")
+    assert browser.find_element("css selector", "#layer").get_attribute("value") == "5"
+    assert browser.find_element("css selector", "#head").get_attribute("value") == "11"
+    pressed = browser.execute_script("""return [...document.querySelectorAll('#model-view [aria-pressed=true]')]
+        .map(b => [b.dataset.layer, b.dataset.head])""")
+    assert pressed == [["5", "11"]]
+    assert console_errors(browser) == []
+
+
+def test_real_model_errors_are_shown_with_their_pointer(browser, live):
+    open_real_mode(browser, live)
+    set_field(browser, "#text", "   ")
+    browser.find_element("css selector", "#run-model").click()
+    error = wait_for(browser, "const e = document.querySelector('#model-error'); return !e.hidden && e.textContent")
+    assert "/text" in error
+    assert not browser.find_element("css selector", "#model-results").is_displayed()
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
+
+
+def test_real_mode_says_when_no_model_is_served(browser, live_without_models):
+    open_playground(browser, live_without_models)
+    browser.find_element("css selector", "#mode-real").click()
+    info = wait_for(browser, "return document.querySelector('#model-info').textContent")
+    assert "serves no model" in info
+    assert not browser.find_element("css selector", "#run-model").is_enabled()
+    assert console_errors(browser) == []
+
+
+def test_real_mode_fits_a_phone(browser, live):
+    browser.set_window_size(390, 844)
+    try:
+        open_real_mode(browser, live)
+        run_model(browser, SENTENCE)
+        width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"the page scrolls sideways at phone width: {width}"
+    finally:
+        browser.set_window_size(1280, 1000)

@@ -193,6 +193,155 @@ async function loadVocabulary() {
   }));
 }
 
+// The real model: one request computes every layer and head; choosing a head only redraws.
+
+// The server heatmaps' palette (viridis, 256 levels, exact zeros grey: service/operations/heatmap.py), so that
+// the model view's small pictures and the enlarged one read alike.
+const VIRIDIS = ["440154", "482878", "3e4989", "31688e", "26828e", "1f9e89", "35b779", "6ece58", "fde725"]
+  .map((hex) => [0, 2, 4].map((i) => parseInt(hex.slice(i, i + 2), 16)));
+const LEVELS = Array.from({length: 256}, (_, level) => {
+  const position = level / 255 * (VIRIDIS.length - 1);
+  const low = Math.min(Math.floor(position), VIRIDIS.length - 2);
+  return VIRIDIS[low].map((c, i) => Math.round(c + (VIRIDIS[low + 1][i] - c) * (position - low)));
+});
+const ZERO_RGB = [217, 217, 217];
+
+// An (n, n) matrix as an n x n pixel canvas (CSS scales it up, unsmoothed).
+function thumbnail(weights) {
+  const n = weights.length;
+  const canvas = element("canvas", {width: n, height: n, "aria-hidden": "true"});
+  const context = canvas.getContext("2d");
+  const image = context.createImageData(n, n);
+  weights.forEach((row, i) => row.forEach((value, j) => {
+    const rgb = value === 0 ? ZERO_RGB : LEVELS[Math.round(Math.min(Math.max(value, 0), 1) * 255)];
+    image.data.set([...rgb, 255], 4 * (i * n + j));
+  }));
+  context.putImageData(image, 0, 0);
+  return canvas;
+}
+
+function showModelError(failure) {
+  $("#model-error").textContent = failure.message;
+  $("#model-error").hidden = false;
+  $("#model-status").textContent = "The API refused the request.";
+}
+
+// Options 0..; the previous choice is kept when the new answer still has it.
+function fillSelect(selector, values, noun) {
+  const select = $(selector);
+  const kept = select.value;
+  select.replaceChildren(...values.map((value) => element("option", {value}, `${noun} ${value}`)));
+  if (values.map(String).includes(kept)) select.value = kept;
+}
+
+// The chosen layer and head as the service's SVG heatmap, labelled with the word pieces.
+let headDrawing = 0;  // a later choice wins over a slower, earlier drawing
+async function showHead(answer) {
+  const layer = Number($("#layer").value);
+  const head = Number($("#head").value);
+  const entry = answer.layers.find((item) => item.layer === layer);
+  const drawing = ++headDrawing;
+  const svg = await postJson("v1/heatmap", {
+    weights: entry.weights[entry.heads.indexOf(head)], row_labels: answer.tokens, col_labels: answer.tokens,
+    title: `Layer ${layer}, head ${head}`,
+  });
+  if (drawing !== headDrawing) return;
+  $("#model-heatmap").replaceChildren(element("figure", {class: "heatmap", "data-layer": layer, "data-head": head},
+    svgNode(svg, "model-head"),
+    element("figcaption", {}, `Layer ${layer}, head ${head} of ${answer.layers.length} layers × ` +
+      `${entry.heads.length} heads: rows are queries, columns keys`)));
+  for (const button of document.querySelectorAll("#model-view button")) {
+    const chosen = Number(button.dataset.layer) === layer && Number(button.dataset.head) === head;
+    button.setAttribute("aria-pressed", String(chosen));
+  }
+}
+
+// BertViz's model view: a layers x heads grid of small heatmaps; ``choose(layer, head)`` enlarges one.
+function showModelView(answer, choose) {
+  const heads = answer.layers[0].heads;
+  const view = $("#model-view");
+  view.style.setProperty("--heads", heads.length);
+  const header = [element("span", {class: "view-label corner"}, "layer ↓ head →"),
+    ...heads.map((head) => element("span", {class: "view-label"}, String(head)))];
+  const rows = answer.layers.flatMap((entry) => [element("span", {class: "view-label"}, String(entry.layer)),
+    ...entry.weights.map((weights, k) => {
+      const [layer, head] = [entry.layer, entry.heads[k]];
+      const button = element("button", {type: "button", class: "thumb", "data-layer": layer, "data-head": head,
+        "aria-label": `Enlarge layer ${layer}, head ${head}`, "aria-pressed": "false"}, thumbnail(weights));
+      button.addEventListener("click", () => choose(layer, head));
+      return button;
+    })]);
+  view.replaceChildren(...header, ...rows);
+}
+
+async function runModel(event) {
+  event.preventDefault();
+  $("#model-error").hidden = true;
+  $("#run-model").disabled = true;
+  $("#model-status").textContent = "Running the model…";
+  try {
+    const body = {text: $("#text").value};
+    if ($("#text-pair").value.trim()) body.text_pair = $("#text-pair").value;
+    const answer = await postJson(`v1/models/${encodeURIComponent($("#model").value)}/attention`, body);
+    fillSelect("#layer", answer.layers.map((entry) => entry.layer), "layer");
+    fillSelect("#head", answer.layers[0].heads, "head");
+    const show = () => showHead(answer).catch(showModelError);
+    $("#layer").onchange = show;
+    $("#head").onchange = show;
+    showModelView(answer, (layer, head) => {
+      $("#layer").value = layer;
+      $("#head").value = head;
+      show();
+      $("#head-heading").scrollIntoView({block: "start"});
+    });
+    $("#model-tokens").replaceChildren(...answer.tokens.map((token, i) =>
+      element("code", {title: `id ${answer.token_ids[i]}`}, token)));
+    await showHead(answer);
+    $("#model-results").hidden = false;
+    $("#model-status").textContent = `Done: ${answer.layers.length} layers × ${answer.layers[0].heads.length} ` +
+      `heads over ${answer.tokens.length} word pieces.`;
+  } catch (failure) {
+    showModelError(failure);
+  } finally {
+    $("#run-model").disabled = false;
+  }
+}
+
+function describeModel(model) {
+  $("#model-info").textContent = `${model.architecture}: ${model.n_layers} layers × ${model.n_heads} heads, ` +
+    `d_model ${model.d_model}, max_positions ${model.max_positions}; licence ${model.license ?? "not stated"}; ` +
+    `from ${model.source}.`;
+}
+
+async function loadModels() {
+  const {models} = await api("v1/models");
+  const select = $("#model");
+  select.replaceChildren(...models.map((model) => element("option", {value: model.name}, model.name)));
+  select.onchange = () => describeModel(models.find((model) => model.name === select.value));
+  if (!models.length) {
+    select.disabled = true;
+    $("#run-model").disabled = true;
+    $("#model-info").textContent = "This server serves no model (its ATTENTION_MODELS setting is empty): " +
+      "the real-model mode has nothing to run.";
+    return;
+  }
+  describeModel(models[0]);
+}
+
+// The models are asked for on the first visit to the real mode only: the toy mode never calls them.
+function chooseMode() {
+  const real = $("#mode-real").checked;
+  $("#toy-mode").hidden = real;
+  $("#real-mode").hidden = !real;
+  const select = $("#model");
+  if (!real || select.dataset.loaded) return;
+  select.dataset.loaded = "yes";
+  loadModels().catch((failure) => {
+    $("#model-error").textContent = `Could not load the models: ${failure.message}`;
+    $("#model-error").hidden = false;
+  });
+}
+
 function chooseSource() {
   const tokens = $("#source-tokens").checked;
   $("#tokens-input").hidden = !tokens;
@@ -208,6 +357,10 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   for (const radio of document.querySelectorAll("input[name=source]")) radio.addEventListener("change", chooseSource);
   chooseSource();
+  $("#model-form").addEventListener("submit", runModel);
+  for (const radio of document.querySelectorAll("input[name=mode]")) radio.addEventListener("change", chooseMode);
+  if (location.hash === "#real-mode") $("#mode-real").checked = true;  // a link straight to the real model
+  chooseMode();
   Promise.all([loadVocabulary(), loadDemos()]).catch((failure) => {
     $("#error").textContent = `Could not load the vocabulary or the demos: ${failure.message}`;
     $("#error").hidden = false;
