@@ -1,7 +1,7 @@
 """Benchmark (issue 19): the real model, all-MiniLM-L6-v2, through the numpy engine: speed against torch eager,
 end-to-end HTTP against the engine, and two workers' memory as PSS.
 
-Run:  .venv/bin/python benchmarks/model.py                  (about 1-2 min; torch from the bench extra)
+Run:  .venv/bin/python benchmarks/model.py                  (about 1 min; torch and transformers: the test extra)
       .venv/bin/python benchmarks/model.py --rounds 61 --requests 401 --preload 0
 
 Three parts, each printed as a table; the machine is shared and noisy, so every comparison is made in the same
@@ -131,7 +131,7 @@ def forward(model: Pretrained, folder: str, rounds: int) -> None:
     print(f"\n1. forward: numpy engine vs torch eager, one thread each, float32, all layers' attention weights; "
           f"{rounds} interleaved rounds per length")
     if torch is None:
-        print(f"   torch/transformers not importable ({TORCH_ERROR}; pip install -e '.[bench]'): part skipped")
+        print(f"   torch/transformers not importable ({TORCH_ERROR}; pip install -e '.[test]'): part skipped")
         return
     torch.set_num_threads(1)
     print(f"   numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} thread), "
@@ -342,9 +342,9 @@ def main(argv: list[str] | None = None) -> None:
         after = snapshot(server) if statuses == {200} else None
     print(f"\n3. memory: one gunicorn, WEB_CONCURRENCY=2, GUNICORN_PRELOAD={args.preload}; the warm-up POST {PATH} "
           f"to each worker answered {sorted(statuses)}: the model is "
-          f"{'served' if statuses == {200} else 'NOT served (endpoint not available): a baseline without it'}; "
-          f"its weights ({model.bert.nbytes / 2**20:.1f} MiB) count in full in the RSS of every process that maps "
-          "them, split between them in PSS")
+          + (f"served: its weights ({model.bert.nbytes / 2**20:.1f} MiB) count in full in the RSS of every process "
+             "that maps them, split between them in PSS" if statuses == {200}
+             else "NOT served (endpoint not available): a baseline without it"))
     print_memory(warm, "after one warm-up request per worker")
     if after:
         print_memory(after, f"after the {args.requests} requests of part 2")
