@@ -50,3 +50,4 @@ bench: setup-test
 	$(PY) benchmarks/v2.py
 	$(PY) benchmarks/batch.py
 	$(PY) benchmarks/http_load.py
+	$(PY) benchmarks/model.py
