@@ -61,6 +61,12 @@ class ModelAttentionRequest(OutputOptions):
         return data
 
 
+class ModelAttentionItem(ModelAttentionRequest):
+    """A /v1/batch item of op model-attention: the endpoint's body plus the model's name."""
+
+    model = fields.String(required=True, metadata={"description": "A served model's name (GET /v1/models)."})
+
+
 class ModelLayer(Schema):
     """One layer's attention weights ``(h, n, n)`` of the selected heads, and its trace with trace=true."""
 

@@ -17,6 +17,9 @@ Alignment: before stacking, an item's arrays get leading 1-axes up to the item's
 prepended (numpy broadcasts from the right: a stacked ``(G, n)`` mask would meet ``(G, n, n)``
 scores as ``(1, G, n)``, silently wrong when G == n).
 
+An operation with nothing to stack (a trained model's texts) declares its own ``grouping`` in the registry: a key
+(for a model: the model, the length in tokens and the options) and a compute of the whole group in one engine call.
+
 Computed one by one, exactly as their single endpoints: groups of one, ``trace`` items (their
 intermediates are per item anyway), ``embed`` and ``positional-encoding`` (no engine work worth
 stacking). A group whose stacked call fails (say a mask that fits none of its items, or an item
@@ -79,7 +82,11 @@ def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Except
 def prepare(op: str, params: Params) -> Job:
     """The item made stackable: arrays aligned, key computed. Tokens are embedded later with their whole
     group."""
-    stacked = OPERATIONS[op].stacked
+    operation = OPERATIONS[op]
+    if operation.grouping is not None:  # nothing to stack: the operation says what goes together
+        key = operation.grouping.key(params)
+        return Job(op, params, key=None if key is None else (op, key))
+    stacked = operation.stacked
     if not stacked or params.get("trace"):
         return Job(op, params)
     if "tokens" in params:
@@ -103,18 +110,21 @@ def prepare(op: str, params: Params) -> Job:
 def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
     """Results of jobs sharing a key: stacked in one compute call, or one by one."""
     if len(jobs) > 1:
-        first = jobs[0]
+        operation = OPERATIONS[jobs[0].op]
         # Each item was within the size limits iff the stack is within G times them (same shapes).
         group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs),
                                            max_output_elements=limits.max_output_elements * len(jobs))
         try:
             with metrics.unrecorded() as held:  # counted only if kept: a failed stack is recomputed item by item
-                result = OPERATIONS[first.op].compute(_merge(jobs), group_limits)
+                if operation.grouping is not None:  # each item checked against the limits as alone
+                    results = operation.grouping.compute([job.params for job in jobs], limits)
+                else:
+                    results = _split(operation.compute(_merge(jobs), group_limits), len(jobs))
         except Exception:
             pass
         else:
             metrics.record(held)
-            return _split(result, len(jobs))
+            return results
     return [_alone(job, limits) for job in jobs]
 
 

@@ -3,12 +3,14 @@ the model's /v2 entry.
 
 ``admit`` judges the text's length before anything reads it (tokenizing takes ~2 s a megabyte), ``work`` tokenizes
 and says what the request computes (service.operations.sizes), ``compute`` runs the engine's BERT and keeps the
-selected layers and heads. ``compute_stacked`` runs items of one model and length as one engine call (/v1/batch).
+selected layers and heads; ``compute_many`` runs items of one :func:`group_key` (model, length, options) as one
+engine call, which /v1/batch groups them by.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -82,38 +84,72 @@ def work(params: Params) -> Work:
                 fewer=FEWER)
 
 
+def group_key(params: Params) -> Hashable | None:
+    """What /v1/batch computes items together by: the model, the length in tokens and every option that changes
+    the compute; None (alone) with trace, whose intermediates are per item anyway."""
+    if params["trace"]:
+        return None
+    model = lookup(params["model"])
+    n = len(encoded(model, params).tokens)
+    return (model.name, n, params["dtype"], tuple(selected(params, "layers", model.config.n_layers)),
+            tuple(selected(params, "heads", model.config.n_heads)), params["return_hidden_states"])
+
+
 def compute(params: Params, limits: Limits) -> Result:
     """{tokens, token_ids, output (n, d_model), layers [{layer, heads, weights (h_sel, n, n), trace?}],
     hidden_states?}: the model on the request's text, after every check."""
-    admit(params, limits)
-    size = work(params)
-    sizes.check(size, limits)
-    model = lookup(params["model"])
-    encoding = encoded(model, params)
-    with EngineCall((), list, params, size.weights):
-        return _answer(model, params, encoding)
+    return compute_many([params], limits)[0]
 
 
-def _answer(model: ServedModel, params: Params, encoding: engine.Encoded) -> Result:
+def compute_many(items: list[Params], limits: Limits) -> list[Result]:
+    """Answers to items of one :func:`group_key` (or one item), each checked as alone, in ONE engine call:
+    their word pieces stacked (G, n), every layer computed once for all of them."""
+    works = []
+    for params in items:
+        admit(params, limits)
+        works.append(work(params))
+        sizes.check(works[-1], limits)
+    first = items[0]
+    model = lookup(first["model"])
+    encodings = [encoded(model, params) for params in items]
+    with EngineCall((), list, first, sum(size.weights for size in works)):
+        if first["trace"]:  # alone (group_key)
+            return [_traced(model, first, encodings[0])]
+        return _computed(model, first, encodings)
+
+
+def _computed(model: ServedModel, options: Params, encodings: list[engine.Encoded]) -> list[Result]:
+    """The forward pass of G texts of one length, split into G answers."""
+    config = model.config
+    layers = selected(options, "layers", config.n_layers)
+    heads = selected(options, "heads", config.n_heads)
+    pick = slice(None) if len(heads) == config.n_heads else heads
+    ids = np.stack([encoding.ids for encoding in encodings])                # (G, n)
+    types = np.stack([encoding.type_ids for encoding in encodings])         # (G, n)
+    out = model.pretrained.bert(ids, types, dtype=options["dtype"], weights_of=layers,
+                                hidden_states=options["return_hidden_states"])
+    answers = []
+    for g, encoding in enumerate(encodings):
+        answer = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": out.output[g],
+                  "layers": [{"layer": i, "heads": heads, "weights": out.weights[i][g, pick]} for i in layers]}
+        if out.hidden_states is not None:
+            answer["hidden_states"] = [state[g] for state in out.hidden_states]   # n_layers + 1 of (n, d_model)
+        answers.append(answer)
+    return answers
+
+
+def _traced(model: ServedModel, params: Params, encoding: engine.Encoded) -> Result:
+    """One text with every stage of its selected layers and heads."""
     bert, config = model.pretrained.bert, model.config
-    layers = selected(params, "layers", config.n_layers)
     heads = selected(params, "heads", config.n_heads)
     pick = slice(None) if len(heads) == config.n_heads else heads
     ids, types = encoding.ids[None], encoding.type_ids[None]                  # (1, n)
-    result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist()}
-    if params["trace"]:
-        traces = bert.trace(ids, types, dtype=params["dtype"])
-        result["output"] = traces[-1].output[0]
-        result["layers"] = [_traced_layer(i, heads, pick, traces[i]) for i in layers]
-        if params["return_hidden_states"]:
-            first = bert.embed(ids, types, np.dtype(params["dtype"]))
-            result["hidden_states"] = [first[0], *(t.output[0] for t in traces)]
-        return result
-    out = bert(ids, types, dtype=params["dtype"], weights_of=layers, hidden_states=params["return_hidden_states"])
-    result["output"] = out.output[0]                                          # (n, d_model)
-    result["layers"] = [{"layer": i, "heads": heads, "weights": out.weights[i][0, pick]} for i in layers]
-    if out.hidden_states is not None:
-        result["hidden_states"] = [state[0] for state in out.hidden_states]
+    traces = bert.trace(ids, types, dtype=params["dtype"])
+    result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": traces[-1].output[0],
+              "layers": [_traced_layer(i, heads, pick, traces[i]) for i in selected(params, "layers", config.n_layers)]}
+    if params["return_hidden_states"]:
+        first = bert.embed(ids, types, np.dtype(params["dtype"]))
+        result["hidden_states"] = [first[0], *(t.output[0] for t in traces)]
     return result
 
 

@@ -8,7 +8,7 @@ how a mask is read, what its picture is and, for those served over /v2, the mode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from marshmallow import Schema
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
-from schemas.pretrained import ModelAttentionRequest, ModelAttentionResponse
+from schemas.pretrained import ModelAttentionItem, ModelAttentionRequest, ModelAttentionResponse
 from schemas.reference import (
     CausalMaskQuery,
     CausalMaskResponse,
@@ -72,13 +72,23 @@ class V2Model:
 
 
 @dataclass(frozen=True)
+class Grouping:
+    """How /v1/batch computes items of an operation together when it does not stack arrays: ``key(params)``
+    (None: alone) and ``compute(items, limits)``, one answer per item of a key, in one engine call."""
+
+    key: Callable[[Params], Hashable | None]
+    compute: Callable[[list[Params], Limits], list[Result]]
+
+
+@dataclass(frozen=True)
 class Operation:
     """One operation. ``doc``: summary line, blank line, description. ``area``: the /v1 blueprint (its tag).
     ``stacked``: the inputs /v1/batch stacks along a new axis to compute a group in one call (empty: one by one).
     ``per_head_mask``: its mask may carry a head axis (engine.is_per_head). ``batch_request``: the body schema
     of a batch item (None: not in /v1/batch). ``path``: under /v1, may hold a path parameter (``<model>``), which
     joins the params; ``path_example`` gives its value for the documented example. ``admit(params, limits)``:
-    checks that must come before ``work`` can even be sized (a text's length, before it is tokenized)."""
+    checks that must come before ``work`` can even be sized (a text's length, before it is tokenized).
+    ``grouping``: how /v1/batch groups items that have nothing to stack (a model's texts)."""
 
     name: str
     area: str
@@ -89,6 +99,7 @@ class Operation:
     compute: Callable[[Params, Limits], Result]
     example: dict[str, Any]
     admit: Callable[[Params, Limits], None] | None = None
+    grouping: Grouping | None = None
     method: str = "POST"
     stacked: tuple[str, ...] = ()
     per_head_mask: bool = False
@@ -208,8 +219,9 @@ pieces, the last hidden state and, for the selected layers and heads (default al
 (h, n, n) as /v1/encoder's layers. The example: layer 0, head 0 of "the dog ate".""",
         ModelAttentionRequest, ModelAttentionResponse, pretrained.work, pretrained.compute,
         {"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3}, admit=pretrained.admit,
-        drawing=Drawing("Attention weights", ("layer",), ("head",)), path="/models/<model>/attention",
-        path_example={"model": DEFAULT_NAME}),
+        drawing=Drawing("Attention weights", ("layer",), ("head",)), batch_request=ModelAttentionItem,
+        path="/models/<model>/attention", path_example={"model": DEFAULT_NAME},
+        grouping=Grouping(pretrained.group_key, pretrained.compute_many)),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
 V2_MODELS = {op.v2.name: op for op in OPERATIONS.values() if op.v2 is not None}

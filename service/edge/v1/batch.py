@@ -78,7 +78,10 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     for index, outcome in enumerate(outcomes):
         if not isinstance(outcome, Exception):
             try:
-                work = BATCH_OPERATIONS[outcome[0]].work(outcome[1])
+                operation = BATCH_OPERATIONS[outcome[0]]
+                if operation.admit is not None:
+                    operation.admit(outcome[1], limits)
+                work = operation.work(outcome[1])
                 sizes.check(work, limits)  # as its single endpoint would: a 422 of its own, counting nothing
             except Problem as error:
                 outcomes[index] = _rooted(index, error)
@@ -144,11 +147,13 @@ def batch(envelope: dict[str, Any]) -> dict[str, Any]:
     """Many requests in one call.
 
     Each item names an `op` (attention, self-attention, multi-head-attention, encoder, embed,
-    positional-encoding) and carries the `body` that endpoint takes. The answer has one
+    positional-encoding, model-attention) and carries the `body` that endpoint takes (model-attention:
+    POST /v1/models/{model}/attention's body plus `"model"`, the model's name). The answer has one
     `{id, status, body}` or `{id, status, error}` per item, in request order: a bad item gets its
     own 4xx problem (pointers from the root of this request) and every other item exactly what its
     single endpoint answers. Items sharing an op, shapes and options are stacked and computed in
-    one vectorised engine call (trace items, embed and positional-encoding are computed one by one).
+    one vectorised engine call (a model's items: same model, length in tokens and options; trace items, embed
+    and positional-encoding are computed one by one).
     Whole-batch errors: 422 for the envelope (not an object, no or empty `requests`, missing or
     duplicate ids, unknown op), 413 past `max_batch_items` or `max_batch_elements` (GET /v1/limits).
     """
