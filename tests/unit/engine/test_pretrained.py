@@ -234,6 +234,10 @@ def test_a_tensor_missing_from_the_weights_is_refused_by_name(tiny, tmp_path):
     ("embeddings.word_embeddings.weight", (30000, 8)),
     ("embeddings.position_embeddings.weight", (32, 8)),
     ("encoder.layer.1.intermediate.dense.weight", (32, 8)),
+    ("encoder.layer.0.attention.self.key.weight", (6, 8)),
+    ("encoder.layer.0.attention.self.value.bias", (1,)),
+    ("encoder.layer.1.output.LayerNorm.weight", (1,)),
+    ("embeddings.LayerNorm.bias", (16,)),
 ])
 def test_a_tensor_of_the_wrong_shape_is_refused_by_name(tiny, tmp_path, name, shape):
     tensors = load_file(str(tiny["BertModel"] / "model.safetensors"))
