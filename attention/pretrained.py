@@ -99,10 +99,14 @@ def load_folder(folder: str | Path) -> Pretrained:
     config = _config(folder, settings)
     tensors = _read_weights(folder)
     tensors = {name.removeprefix("bert."): array for name, array in tensors.items()}
-    missing = [name for name in _expected_tensors(config) if name not in tensors]
+    expected = _expected_shapes(config)
+    missing = [name for name in expected if name not in tensors]
     if missing:
         raise ModelFolderError(folder, "model.safetensors", f"lacks {len(missing)} tensors, e.g. {missing[0]}")
-    _check_shapes(folder, config, tensors)
+    for name, shape in expected.items():
+        if tensors[name].shape != shape:
+            raise ModelFolderError(folder, "model.safetensors", f"{name} is {tensors[name].shape}, config.json "
+                                                                f"says {shape}")
     if not (folder / "tokenizer.json").is_file():
         raise ModelFolderError(folder, "tokenizer.json", "is missing (the tokenizer the model was trained with)")
     architecture = (settings.get("architectures") or ["BertModel"])[0]
@@ -157,31 +161,25 @@ def _read_weights(folder: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _expected_tensors(config: BertConfig) -> list[str]:
-    names = [f"embeddings.{e}.weight" for e in ("word_embeddings", "position_embeddings", "token_type_embeddings")]
-    names += ["embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
-    per_layer = [f"attention.self.{p}" for p in ("query", "key", "value")]
-    per_layer += ["attention.output.dense", "attention.output.LayerNorm", "intermediate.dense", "output.dense",
-                  "output.LayerNorm"]
-    names += [f"encoder.layer.{i}.{p}.{t}" for i in range(config.n_layers) for p in per_layer
-              for t in ("weight", "bias")]
-    return names
-
-
-def _check_shapes(folder: Path, config: BertConfig, tensors: dict[str, np.ndarray]) -> None:
-    """The word, position and token-type tables and the feed-forward agree with config.json."""
+def _expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the encoder reads (without the ``bert.`` prefix) and the shape config.json implies for it:
+    checked all, since a wrong one would fail at the first request, or worse be broadcast (a (1,) norm scale)
+    into wrong numbers."""
     d = config.d_model
     expected = {"embeddings.word_embeddings.weight": (config.vocab_size, d),
                 "embeddings.position_embeddings.weight": (config.max_positions, d),
-                "embeddings.token_type_embeddings.weight": (config.type_vocab_size, d)}
+                "embeddings.token_type_embeddings.weight": (config.type_vocab_size, d),
+                "embeddings.LayerNorm.weight": (d,), "embeddings.LayerNorm.bias": (d,)}
+    dense = {"attention.self.query": (d, d), "attention.self.key": (d, d), "attention.self.value": (d, d),
+             "attention.output.dense": (d, d), "intermediate.dense": (config.d_ff, d),
+             "output.dense": (d, config.d_ff)}                  # torch's Linear: weight (d_out, d_in)
     for i in range(config.n_layers):
-        expected[f"encoder.layer.{i}.attention.self.query.weight"] = (d, d)
-        expected[f"encoder.layer.{i}.intermediate.dense.weight"] = (config.d_ff, d)
-        expected[f"encoder.layer.{i}.output.dense.weight"] = (d, config.d_ff)
-    for name, shape in expected.items():
-        if tensors[name].shape != shape:
-            raise ModelFolderError(folder, "model.safetensors", f"{name} is {tensors[name].shape}, config.json "
-                                                                f"says {shape}")
+        for name, (d_out, d_in) in dense.items():
+            expected[f"encoder.layer.{i}.{name}.weight"] = (d_out, d_in)
+            expected[f"encoder.layer.{i}.{name}.bias"] = (d_out,)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            expected[f"encoder.layer.{i}.{name}.weight"] = expected[f"encoder.layer.{i}.{name}.bias"] = (d,)
+    return expected
 
 
 def _card_license(folder: Path) -> str | None:
