@@ -22,6 +22,7 @@ import math
 import numpy as np
 from scipy import special
 
+from ._checks import all_finite
 from .errors import AttentionError
 
 SQRT_HALF = 1 / math.sqrt(2)
@@ -44,9 +45,11 @@ ERF_BLOCK = 1 << 15
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """x (..., d_in) @ weight (d_in, d_out) + bias (d_out,) -> (..., d_out)."""
-    out = x @ weight
-    out += bias                                        # in place: no second (..., d_out) array
-    return out
+    # As one 2-D gemm over every row: numpy's stacked matmul, (B, n, d_in) @ W, runs one product per batch
+    # item (measured 6x slower at (8, 16, 384) @ (384, 1536)).
+    out = x.reshape(-1, x.shape[-1]) @ weight          # (rows, d_out)
+    out += bias                                        # in place: no second array
+    return out.reshape(*x.shape[:-1], weight.shape[-1])
 
 
 def erf(a: np.ndarray) -> np.ndarray:
@@ -98,12 +101,16 @@ def learned_layer_norm(x: np.ndarray, scale: np.ndarray, shift: np.ndarray, eps:
     The variance is the biased one (divided by d), as BERT's LayerNorm computes it; ``eps`` comes from
     the model's config (1e-12 for BERT). A row too large to square is an error, not a row of zeros.
     """
-    mean = x.mean(axis=-1, keepdims=True)              # (..., 1)
+    d = x.shape[-1]
+    mean = np.add.reduce(x, axis=-1, keepdims=True)    # (..., 1); add.reduce: x.mean adds Python calls
+    mean /= d
     centred = x - mean                                 # (..., d)
-    var = np.mean(np.square(centred), axis=-1, keepdims=True)
-    if not np.isfinite(var).all():
+    var = np.vecdot(centred, centred)[..., None]       # (..., 1): sums of squares without a (..., d) square
+    var /= d
+    if not all_finite(var):
         raise AttentionError("X", "the layer norm overflowed: input values are too large")
-    centred /= np.sqrt(var + x.dtype.type(eps))
+    var += x.dtype.type(eps)
+    centred /= np.sqrt(var, out=var)                   # (..., d) / (..., 1)
     centred *= scale
     centred += shift
     return centred
