@@ -175,9 +175,11 @@ class Bert:
         q *= x.dtype.type(self._scale)
         heads = attend_groups(q, k, v, mask, False, weights)                   # (B*h, n, d_k)
         attended = linear(self._concatenate(heads, x.shape), layer.w_o, layer.b_o)
-        first = learned_layer_norm(x + attended, *layer.norm_1, self.config.layer_norm_eps)   # add & norm
-        return learned_layer_norm(first + self._feed_forward(layer, first), *layer.norm_2,
-                                  self.config.layer_norm_eps)                  # add & norm
+        attended += x                                                          # the residual, in place
+        first = learned_layer_norm(attended, *layer.norm_1, self.config.layer_norm_eps)       # add & norm
+        feed_forward = self._feed_forward(layer, first)
+        feed_forward += first
+        return learned_layer_norm(feed_forward, *layer.norm_2, self.config.layer_norm_eps)   # add & norm
 
     def _project(self, layer: _Layer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x (B, n, d_model) -> q, k, v each (B*h, n, d_k), contiguous (one projection for all three)."""
