@@ -60,6 +60,13 @@ def test_a_folder_is_served_under_its_name_with_the_folders_name_as_source():
     assert "/" not in models["mini"].source and models["mini"].card()["license"] == "apache-2.0"
 
 
+@pytest.mark.parametrize(("cwd", "path"), [(".", "."), ("1_Pooling", ".."), ("/", f"{FOLDER}/1_Pooling/..")])
+def test_the_source_is_the_folders_name_however_the_path_is_spelt(monkeypatch, cwd, path):
+    """Found by this test: "mini=." gave source "" and "mini=.." gave "..", the path's last part."""
+    monkeypatch.chdir(FOLDER / cwd)
+    assert from_env({VARIABLE: f"mini={path}"})["mini"].source == FOLDER.name
+
+
 def test_a_folder_is_read_once_per_process():
     first = from_env({VARIABLE: f"a={FOLDER},b={FOLDER}/."})
     again = from_env({VARIABLE: f"c={FOLDER}"})
