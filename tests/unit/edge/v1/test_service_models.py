@@ -205,6 +205,8 @@ def test_decimals_rounds_every_number(client):
     ({"text": "hi", "text_pair": "  "}, "/text_pair"),
     ({"text": "\x00\x01"}, "/text"),                       # characters the tokenizer drops
     ({"text": "\u200b"}, "/text"),
+    ({"text": "hi", "text_pair": "\x00\u200b"}, "/text_pair"),  # found: was a 200 of [CLS] hi [SEP] [SEP]
+    ({"text": "\u200b", "text_pair": "hi"}, "/text"),           # found: was a 200 of [CLS] [SEP] hi [SEP]
     ({"text": None}, "/text"),
     ({"text": 5}, "/text"),
     ({}, "/text"),
