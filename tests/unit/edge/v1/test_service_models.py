@@ -301,3 +301,53 @@ def test_svg_past_max_heatmap_cells_is_a_422_naming_layers_and_heads(client, lim
     problem = assert_problem(client.post(URL + "?format=svg", json={"text": "the dog ate", "layers": [3]}), 422,
                              "format", "/layers", "/heads")
     assert problem["limit"] == {"name": "max_heatmap_cells", "maximum": 50, "value": 12 * 25}
+
+
+# --- /v1/batch op model-attention --------------------------------------------------------------------------------
+
+def batch(client, bodies: list[dict]) -> list[dict]:
+    response = client.post("/v1/batch", json={"requests": [{"id": str(i), "op": "model-attention", "body": body}
+                                                           for i, body in enumerate(bodies)]})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json()["responses"]
+
+
+@pytest.fixture
+def engine_calls(monkeypatch) -> list[int]:
+    """The batch size of every forward pass of the engine's BERT (a spy: the real method runs)."""
+    calls, forward = [], attention.Bert.__call__
+
+    def counted(self, token_ids, *args, **kwargs):
+        calls.append(len(token_ids))
+        return forward(self, token_ids, *args, **kwargs)
+
+    monkeypatch.setattr(attention.Bert, "__call__", counted)
+    return calls
+
+
+def test_batch_items_equal_the_single_endpoint_and_one_length_is_one_engine_call(client, engine_calls):
+    same = {"model": MODEL, "layers": [4, 0], "heads": [3]}
+    bodies = [{**same, "text": "the dog ate"}, {**same, "text": "a cat sat", "decimals": 3},
+              {**same, "text": "my", "text_pair": "cow"},                 # 5 tokens too, of both types
+              {**same, "text": "the dog ate food"},                       # 6 tokens: another group
+              {**same, "text": "the dog ate", "dtype": "float64"},        # another option: another group
+              {**same, "text": "the dog ate", "trace": True},             # alone
+              {"model": MODEL, "text": "the dog ate", "return_hidden_states": True}]
+    answers = batch(client, bodies)
+    assert sorted(engine_calls) == [1, 1, 1, 3]  # the three of 5 tokens and the same options in ONE call
+    for body, item in zip(bodies, answers, strict=True):
+        single = {key: value for key, value in body.items() if key != "model"}
+        assert item["status"] == 200 and item["body"] == answer(client, single), item["id"]
+
+
+def test_a_bad_batch_item_fails_alone(client):
+    good = {"model": MODEL, "text": "the dog ate", "layers": [0], "heads": [0]}
+    answers = batch(client, [good, {**good, "model": "nope"}, {**good, "layers": [6]}, {**good, "text": "a" * 10_001},
+                             {**good, "text": "\u200b"}, {**good, "text": "a cat sat"}])
+    assert [item["status"] for item in answers] == [200, 404, 422, 422, 422, 200]
+    assert answers[1]["error"]["known"] == [MODEL]
+    assert [[error["pointer"] for error in item["error"]["errors"]] for item in answers[2:5]] == [
+        ["/requests/2/body/layers/0"], ["/requests/3/body/text"], ["/requests/4/body/text"]]
+    assert answers[3]["error"]["limit"]["name"] == "max_text_chars"
+    assert answers[0]["body"] == answer(client, {"text": "the dog ate", "layers": [0], "heads": [0]})
+    assert answers[5]["body"] == answer(client, {"text": "a cat sat", "layers": [0], "heads": [0]})
