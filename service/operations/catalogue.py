@@ -78,7 +78,9 @@ def from_env(environ: Mapping[str, str] = os.environ) -> dict[str, ServedModel]:
     spec = environ.get(VARIABLE)
     if spec is None:
         return {DEFAULT_NAME: _default()}
-    return {name: ServedModel(name, _load(_folder(path)), Path(path).name) for name, path in parse(spec)}
+    folders = {name: _folder(path) for name, path in parse(spec)}
+    # The resolved folder's name: the path's last part is "" for "." and ".." for "..".
+    return {name: ServedModel(name, _load(folder), folder.name) for name, folder in folders.items()}
 
 
 def _default() -> ServedModel:

@@ -39,13 +39,12 @@ def _encode(tokenizer: engine.WordPieces, text: str, pair: str | None) -> engine
 
 
 def encoded(model: ServedModel, params: Params) -> engine.Encoded:
-    """The request's word pieces; text with no token but the specials ([CLS] [SEP]) is a 422."""
+    """The request's word pieces; a text or text_pair with no token but the specials ([CLS] [SEP]) is a 422."""
     encoding = _encode(model.pretrained.tokenizer, params["text"], params.get("text_pair"))
-    if encoding.special.all():
-        where = "text" if "text_pair" not in params or _encode(
-            model.pretrained.tokenizer, params["text"], None).special.all() else "text_pair"
-        raise ValidationProblem.at(pointer(where), f"The model's tokenizer finds no token in {where} "
-                                                   "(only [CLS] and [SEP] would remain).")
+    for segment, where in enumerate(TEXTS):  # text's word pieces are of type 0, text_pair's of type 1
+        if where in params and not (~encoding.special & (encoding.type_ids == segment)).any():
+            raise ValidationProblem.at(pointer(where), f"The model's tokenizer finds no token in {where} "
+                                                       "(only [CLS] and [SEP] would remain).")
     return encoding
 
 
