@@ -131,6 +131,6 @@ def lookup(name: str) -> ServedModel:
     model = served().get(name)
     if model is None:
         known = list(served())
-        raise ModelNotFound(f"No model is served as {name!r}; known: {known or 'none'} (GET /v1/models).",
-                            known=known)
+        detail = f"No model is served as {name!r}; known: {known or 'none'} (GET /v1/models)."
+        raise ModelNotFound(detail, errors=[{"parameter": "model", "detail": detail}], known=known)
     return model

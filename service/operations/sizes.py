@@ -96,8 +96,9 @@ def check(work: Work, limits: Limits) -> None:
     try:
         _check_answer(work, limits)
     except LimitExceeded as exc:
+        named = {error.get("pointer") for error in exc.members["errors"]}
         exc.members["errors"] += [{"pointer": where, "detail": "Select fewer to make the answer smaller."}
-                                  for where in work.fewer]
+                                  for where in work.fewer if where not in named]
         raise
 
 
