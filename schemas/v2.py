@@ -6,7 +6,10 @@ converted to numpy in one step by :mod:`service.edge.v2.tensors`, never element 
 
 from __future__ import annotations
 
-from marshmallow import EXCLUDE, fields, validate
+import re
+from typing import Any, ClassVar
+
+from marshmallow import EXCLUDE, ValidationError, fields, validate
 
 from schemas.base import Schema
 from schemas.fields import BoundedDict, BoundedList, StrictFloat, seed, strict_bool, strict_int
@@ -16,6 +19,8 @@ from schemas.fields import BoundedDict, BoundedList, StrictFloat, seed, strict_b
 MAX_TENSORS = 16
 MAX_RANK = 8
 MAX_PARAMETERS = 64  # a model takes at most 5, and binary_data_output
+MAX_INDEX_TEXT = 4096  # characters of a comma-separated index list: far more than any model's heads need
+INDICES = re.compile(r" *[0-9]{1,6} *(?:, *[0-9]{1,6} *)*")
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")
 
@@ -149,15 +154,20 @@ class InferenceResponse(Schema):
     outputs = fields.List(fields.Nested(ResponseOutput), required=True)
 
 
-class _ModelParameters(Schema):
+class _Parameters(Schema):
     """Request parameters: the model's and binary_data_output; others (priority, timeout...) are ignored."""
 
     class Meta:
         unknown = EXCLUDE
 
-    causal = strict_bool(load_default=False, metadata={"description": "Causal (lower-triangular) mask."})
     binary_data_output = strict_bool(load_default=False, metadata={
         "description": "Binary extension: every output as raw bytes unless its own binary_data says otherwise."})
+
+
+class _ModelParameters(_Parameters):
+    """Parameters of the attention models."""
+
+    causal = strict_bool(load_default=False, metadata={"description": "Causal (lower-triangular) mask."})
 
 
 class AttentionParameters(_ModelParameters):
@@ -173,3 +183,30 @@ class MultiHeadParameters(_ModelParameters):
     seed = seed()
     positional_encoding = strict_bool(load_default=False, metadata={
         "description": "Add the sinusoidal positional encoding to the embeddings first."})
+
+
+class IndexList(fields.String):
+    """Layer or head numbers as the protocol's scalar parameters allow: a string such as ``"3,5"`` -> [3, 5],
+    sorted; a repeated one is an error. Range is checked against the model when the request is computed."""
+
+    default_error_messages: ClassVar[dict[str, str]] = {"invalid": (
+        "Must be a string of indices counted from 0, comma-separated, such as '3,5' (the protocol's parameters "
+        "are scalars).")}
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[int]:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if len(text) > MAX_INDEX_TEXT or not INDICES.fullmatch(text):
+            raise self.make_error("invalid")
+        seen: set[int] = set()
+        for index in (int(part) for part in text.split(",")):
+            if index in seen:
+                raise ValidationError(f"{index} is repeated.")
+            seen.add(index)
+        return sorted(seen)
+
+
+class TrainedModelParameters(_Parameters):
+    """Parameters of a served trained model (GET /v1/models): which layers and heads ``attentions`` holds."""
+
+    layers = IndexList(load_default=None, metadata={"description": "Layers, e.g. '3,5' (default all)."})
+    heads = IndexList(load_default=None, metadata={"description": "Heads of each layer, e.g. '0,7' (default all)."})

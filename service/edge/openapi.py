@@ -14,7 +14,8 @@ from flask import Blueprint, Flask, Response, current_app
 
 from service.edge.jsonio import dumps
 from service.edge.security import document_auth
-from service.edge.v1 import models
+from service.edge.v2 import models as v2_models
+from service.operations import catalogue
 
 DESCRIPTION = """\
 The forward pass of "Attention Is All You Need" in numpy, over HTTP. Tensors are nested JSON
@@ -68,12 +69,24 @@ def _readable(spec: dict[str, Any]) -> dict[str, Any]:
     return _ordered(spec, TOP_LEVEL_ORDER)
 
 
+def _document_models(spec: dict[str, Any], prefix: str, names: list[str], description: str) -> None:
+    """Name the models of the paths under ``prefix`` in the spec: the ``model`` path parameter's enum (a server
+    given other models documents its own)."""
+    for path, item in spec["paths"].items():
+        for parameter in item.get("parameters", []) if path.startswith(prefix) else ():
+            if parameter["in"] == "path" and parameter["name"] == "model":
+                parameter["description"] = description
+                parameter["schema"] = {"type": "string", "enum": names} if names else {"type": "string"}
+
+
 def spec_dict(app: Flask) -> dict[str, Any]:
     """The spec as plain JSON values: string keys only (status codes too), readable key order."""
     spec = orjson.loads(dumps(app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()))
     spec["info"]["description"] = DESCRIPTION
     document_auth(spec)
-    models.document_served(spec)
+    _document_models(spec, "/v1/", list(catalogue.served()), "A served model's name (GET /v1/models).")
+    _document_models(spec, "/v2/", v2_models.names(), "A v2 model: the attention models, then every served "
+                                                      "trained model (GET /v1/models).")
     return _readable(spec)
 
 

@@ -41,13 +41,15 @@ FLOATS = ("FP64", "FP32")
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A v2 input or output: accepted datatypes (the first one shown in metadata) and ranks."""
+    """A v2 input or output: accepted datatypes (the first one shown in metadata) and ranks. ``count_limit``:
+    the limit (service.operations.limits) on an input's element count, judged from its shape before decoding."""
 
     name: str
     datatypes: tuple[str, ...]
     ranks: tuple[int, ...]
     shape: str  # for people, e.g. "[n_q, d_k] or [B, n_q, d_k]"
     required: bool = True
+    count_limit: str = ""
 
     def metadata(self) -> dict[str, Any]:
         """Protocol metadata: one datatype and one shape, -1 for every variable dimension."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import requests
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import ROOT
 from tests.live.conftest import LIVE_BODY_LIMIT
 
 SDPA, MHA = "scaled_dot_product_attention", "multi_head_attention"
@@ -178,3 +181,68 @@ def test_chunked_binary_body_over_the_limit_is_413_over_real_http(live_server):
     assert response.status_code == 413
     assert response.json()["error"].startswith("The body is more than")
     assert requests.get(f"{live_server}/v2/health/live", timeout=10).json() == {"live": True}
+
+
+TRAINED = "all-minilm-l6-v2"
+SENTENCES = ["The animal didn't cross the street because it was too tired.", "the dog ate", "Ünïcode: café ✓"]
+
+
+def test_trained_model_metadata(triton_client):
+    assert triton_client.is_model_ready(TRAINED)
+    metadata = triton_client.get_model_metadata(TRAINED)
+    assert metadata["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    assert [(o["name"], o["datatype"], len(o["shape"])) for o in metadata["outputs"]] == [
+        ("attentions", "FP32", 5), ("last_hidden_state", "FP32", 3), ("tokens", "BYTES", 2)]
+
+
+TRAINED_CASES = list(itertools.product((True, False), (True, False)))
+
+
+@pytest.mark.parametrize(("binary_in", "binary_out"), TRAINED_CASES,
+                         ids=[f"in{'Bin' if i else 'Json'}-out{'Bin' if o else 'Json'}" for i, o in TRAINED_CASES])
+def test_trained_model_equals_each_sentence_alone_on_v1(triton_client, live_server, binary_in, binary_out):
+    """B texts padded into one call: each item's real positions are v1's answer for it alone (float32 rounding),
+    its padded keys, query rows and positions exactly 0, its padded tokens empty."""
+    text = tensor("text", np.array([s.encode() for s in SENTENCES], dtype=object), "BYTES", binary_in)
+    outputs = [triton.InferRequestedOutput(name, binary_data=binary_out)
+               for name in ("attentions", "last_hidden_state", "tokens")]
+    result = triton_client.infer(TRAINED, [text], outputs=outputs, parameters={"layers": "3,5", "heads": "1,11"})
+    attentions, hidden = result.as_numpy("attentions"), result.as_numpy("last_hidden_state")
+    tokens = [[t.decode() if isinstance(t, bytes) else t for t in row] for row in result.as_numpy("tokens")]
+    n = attentions.shape[-1]
+    assert attentions.dtype == hidden.dtype == np.float32
+    assert attentions.shape == (3, 2, 2, n, n) and hidden.shape == (3, n, 384)
+    for i, sentence in enumerate(SENTENCES):
+        response = requests.post(f"{live_server}/v1/models/{TRAINED}/attention", timeout=30,
+                                 json={"text": sentence, "layers": [3, 5], "heads": [1, 11]})
+        alone = response.json()
+        k = len(alone["tokens"])
+        assert tokens[i] == alone["tokens"] + [""] * (n - k)
+        weights = np.array([layer["weights"] for layer in alone["layers"]], np.float32)
+        np.testing.assert_allclose(attentions[i, :, :, :k, :k], weights, rtol=0, atol=1e-6)
+        output = np.array(alone["output"], np.float32)
+        np.testing.assert_allclose(hidden[i, :k], output, rtol=0, atol=1e-6 * np.abs(output).max())
+        assert not attentions[i, :, :, k:].any() and not attentions[i, :, :, :, k:].any() and not hidden[i, k:].any()
+
+
+def test_trained_model_errors_are_protocol_errors(triton_client):
+    text = tensor("text", np.array([b"fine", b"  "], dtype=object), "BYTES", True)
+    with pytest.raises(InferenceServerException, match=r"\[400\] input 'text' element 1: Must hold something"):
+        triton_client.infer(TRAINED, [text])
+    with pytest.raises(InferenceServerException, match=r"\[400\] parameter 'layers': layer 6 is out of range"):
+        triton_client.infer(TRAINED, [tensor("text", np.array([b"ok"], dtype=object), "BYTES", False)],
+                            parameters={"layers": "6"})
+    assert triton_client.is_server_ready()
+
+
+def test_the_readme_trained_model_example_prints_what_it_shows(live_server):
+    """The README's tritonclient example of the trained model, run as written against the real server."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```python\n", readme.index("A trained model, two sentences in one call")) + 10
+    code = readme[start:readme.index("```", start)]
+    shown = readme[readme.index("prints\n```\n", start) + 11:]
+    shown = shown[:shown.index("```")]
+    ran = subprocess.run([sys.executable, "-c", code.replace("localhost:8000", live_server.removeprefix("http://"))],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == shown

@@ -54,13 +54,3 @@ def model(model: str) -> dict[str, Any]:
 
 operation_routes(blp, "models")  # POST /v1/models/{model}/attention
 
-
-def document_served(spec: dict[str, Any]) -> None:
-    """Name the served models in the spec: the ``model`` path parameter's enum (a server given other models
-    documents its own)."""
-    names = list(catalogue.served())
-    for path in spec["paths"].values():
-        for parameter in path.get("parameters", []):
-            if parameter["in"] == "path" and parameter["name"] == "model":
-                parameter["description"] = "A served model's name (GET /v1/models)."
-                parameter["schema"] = {"type": "string", "enum": names} if names else {"type": "string"}

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from attention.errors import AttentionError
 
 V2_NAMES = {"n_heads": "parameter 'num_heads'"}  # v1 field -> its v2 name, where they differ
-INPUTS = ("query", "key", "value", "mask", "embeddings")
+INPUTS = ("query", "key", "value", "mask", "embeddings", "text")
 KEPT_STATUSES = (404, 405, 413)  # everything else a client did wrong is 400
 # The protocol's optional /versions/<v> segment (tritonclient sends it when given a model_version).
 VERSIONED = re.compile(r"/v2/models/(?P<model>[^/]+)/versions/(?P<version>[^/]+)(?P<rest>/ready|/infer)?")
@@ -46,11 +46,14 @@ def error_response(status: int, message: str) -> Response:
 
 
 def describe(pointer: str) -> str:
-    """The v2 name of what a v1 JSON Pointer points at: ``/query`` -> ``input 'query'``."""
-    name = pointer.split("/")[1] if pointer.count("/") else ""
+    """The v2 name of what a v1 JSON Pointer points at: ``/query`` -> ``input 'query'``, ``/text/2`` -> ``input
+    'text' element 2`` (an input's element; a parameter's index is its value's, in the message)."""
+    name, _, element = pointer.removeprefix("/").partition("/")
     if not name:
         return "request"
-    return V2_NAMES.get(name) or (f"input '{name}'" if name in INPUTS else f"parameter '{name}'")
+    if name in INPUTS:
+        return f"input '{name}'" + (f" element {element}" if element.isdigit() else "")
+    return V2_NAMES.get(name) or f"parameter '{name}'"
 
 
 def message(error: problems.HTTPError) -> str:

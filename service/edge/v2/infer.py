@@ -10,7 +10,7 @@ from marshmallow import Schema, ValidationError
 
 from schemas.v2 import InferenceRequest
 from service.edge.v2.errors import ProtocolError
-from service.edge.v2.models import Model, options
+from service.edge.v2.models import Served
 from service.edge.v2.tensors import BinaryReader, decode, encode
 from service.operations.limits import Limits
 from service.problems import flatten_messages
@@ -27,7 +27,8 @@ def _load(schema: Schema, data: Any, where: str) -> dict[str, Any]:
         raise ProtocolError(f"Invalid inference request: {details}"[:1000]) from None
 
 
-def decode_inputs(model: Model, tensors: list[dict[str, Any]], binary: BinaryReader) -> tuple[dict, dict]:
+def decode_inputs(model: Served, tensors: list[dict[str, Any]], binary: BinaryReader,
+                  limits: Limits) -> tuple[dict, dict]:
     """Arrays and datatypes by input name; unknown, repeated and missing inputs are errors."""
     specs = {spec.name: spec for spec in model.inputs}
     arrays, datatypes = {}, {}
@@ -37,7 +38,7 @@ def decode_inputs(model: Model, tensors: list[dict[str, Any]], binary: BinaryRea
             raise ProtocolError(f"Unknown input '{name}': {model.name} takes {', '.join(specs)}.")
         if name in arrays:
             raise ProtocolError(f"input '{name}' is given twice.")
-        arrays[name], datatypes[name] = decode(specs[name], tensor, binary), tensor["datatype"]
+        arrays[name], datatypes[name] = decode(specs[name], tensor, binary, limits), tensor["datatype"]
     binary.finish()
     for spec in model.inputs:
         if spec.required and spec.name not in arrays:
@@ -45,7 +46,7 @@ def decode_inputs(model: Model, tensors: list[dict[str, Any]], binary: BinaryRea
     return arrays, datatypes
 
 
-def requested_outputs(model: Model, request: dict[str, Any], binary_default: bool) -> dict[str, bool]:
+def requested_outputs(model: Served, request: dict[str, Any], binary_default: bool) -> dict[str, bool]:
     """Output name -> returned as binary?  All outputs when ``outputs`` is absent or empty."""
     names = [spec.name for spec in model.outputs]
     if not request.get("outputs"):
@@ -59,7 +60,7 @@ def requested_outputs(model: Model, request: dict[str, Any], binary_default: boo
     return wanted
 
 
-def infer(model: Model, header: Any, binary: memoryview, limits: Limits) -> tuple[dict[str, Any], list[bytes]]:
+def infer(model: Served, header: Any, binary: memoryview, limits: Limits) -> tuple[dict[str, Any], list[bytes]]:
     """Validate, decode, compute (only the outputs asked for), encode.
 
     Every input check happens before the compute; the weights are not built unless requested.
@@ -69,9 +70,9 @@ def infer(model: Model, header: Any, binary: memoryview, limits: Limits) -> tupl
         raise ProtocolError(f"model_name {request['model_name']!r} is not the model of the path, {model.name!r}.")
     parameters = _load(model.parameters, request["parameters"], "/parameters")
     binary_default = parameters.pop("binary_data_output")
-    inputs, datatypes = decode_inputs(model, request["inputs"], BinaryReader(binary))
+    inputs, datatypes = decode_inputs(model, request["inputs"], BinaryReader(binary), limits)
     wanted = requested_outputs(model, request, binary_default)
-    result = model.run(inputs, parameters, options(datatypes, "weights" in wanted), limits)
+    result = model.run(inputs, datatypes, parameters, wanted, limits)
     outputs, chunks = [], []
     for name, as_binary in wanted.items():
         output, raw = encode(name, result[name], as_binary)

@@ -25,7 +25,7 @@ from service.edge.jsonio import check_depth, declared_charset, dumps, read_body
 from service.edge.smorest import PACKAGE, VERSION, Blueprint
 from service.edge.v2 import errors
 from service.edge.v2.infer import infer
-from service.edge.v2.models import MODELS, Model
+from service.edge.v2.models import MODELS, Served, find, names
 from service.edge.v2.tensors import load_json, parse_header
 from service.operations.limits import Limits
 from service.operations.reference import engine_ready
@@ -37,7 +37,6 @@ errors.register(blp)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ["binary_tensor_data"]
-MODEL_NAMES = ", ".join(MODELS)
 EXAMPLE_REQUEST = {  # the seed's demo 1: the query "it" against the toy embeddings
     "id": "demo-1",
     "inputs": [
@@ -49,16 +48,22 @@ EXAMPLE_REQUEST = {  # the seed's demo 1: the query "it" against the toy embeddi
 }
 with metrics.unrecorded():  # the documented answer is computed at import: nobody's work
     EXAMPLE_RESPONSE = infer(MODELS["scaled_dot_product_attention"], EXAMPLE_REQUEST, memoryview(b""), Limits())[0]
-NOT_FOUND = {"error": f"Unknown model 'gpt'; the models are {MODEL_NAMES}."}  # as get_model words it
+
+
+def _unknown(name: str) -> str:
+    return f"Unknown model {name!r}; the models are {', '.join(names())}."
+
+
+NOT_FOUND = {"error": _unknown("gpt")}  # the served models when the spec is built (the default for openapi.yaml)
 MODEL_NOT_FOUND = {"schema": ProtocolError, "description": "Unknown model.", "example": NOT_FOUND}
 
 
-def get_model(name: str) -> Model:
-    """The model called ``name``, or a protocol 404."""
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise errors.UnknownModel(f"Unknown model {name!r}; the models are {MODEL_NAMES}.") from None
+def get_model(name: str) -> Served:
+    """The model called ``name``, or a protocol 404 naming every model."""
+    model = find(name)
+    if model is None:
+        raise errors.UnknownModel(_unknown(name))
+    return model
 
 
 def _ready(body: dict[str, Any], ready: bool) -> tuple[dict[str, Any], int]:
@@ -105,9 +110,10 @@ def server_ready() -> tuple[dict[str, bool], int]:
 def model_metadata(model: str) -> dict[str, Any]:
     """Model metadata.
 
-    Inputs and outputs, each with one datatype and its largest shape (-1: variable). FP32 is accepted
-    wherever FP64 is shown, and every tensor may also come one rank lower, without its batch dim (a mask
-    down to rank 1, broadcast); the model's description and the infer operation give each form.
+    Inputs and outputs, each with one datatype and its largest shape (-1: variable). For the attention
+    models, FP32 is accepted wherever FP64 is shown, and every tensor may also come one rank lower, without
+    its batch dim (a mask down to rank 1, broadcast); the model's description and the infer operation give
+    each form. A trained model takes `text` (BYTES [B]) and answers FP32 and BYTES, as shown.
     """
     return get_model(model).metadata()
 
@@ -155,8 +161,15 @@ def model_infer(model: str) -> Response:
     Models: `scaled_dot_product_attention` (inputs query, key, value, optional BOOL mask;
     parameters scale, causal) and `multi_head_attention` (input embeddings; parameters num_heads,
     seed, causal, positional_encoding); outputs `output` and `weights`, in the inputs' datatype.
-    `outputs` selects what is computed (asking only for `output` skips the weights); `binary_data`
-    per output or `binary_data_output` for all returns raw bytes. Same limits as v1.
+    And every trained model GET /v1/models lists, under its name (`all-minilm-l6-v2` by default):
+    input `text` (BYTES [B], UTF-8); parameters `layers`, `heads` (comma-separated strings such as
+    "3,5", default all); outputs `attentions` (FP32 [B, L, H, n, n]), `last_hidden_state` (FP32
+    [B, n, d_model]) and `tokens` (BYTES [B, n]), in float32, the texts padded to the longest, n
+    tokens: padded keys weigh exactly 0, padded query rows and positions are zeros, padded tokens "".
+    `outputs` selects what is computed (asking only for `output` skips the weights, for
+    `last_hidden_state` the attentions); `binary_data` per output or `binary_data_output` for all
+    returns raw bytes (BYTES: each element's 4-byte little-endian length, then its bytes). Same
+    limits as v1 (B at most max_batch_items; max_weight_elements counts B * L * H * n * n).
     """
     selected, limits = get_model(model), current_limits()
     current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again

@@ -4,12 +4,15 @@ Binary tensor data extension (Triton): the body is the JSON header (its length i
 ``Inference-Header-Content-Length`` HTTP header) followed by each binary input's raw bytes, in
 the order of ``inputs``, little-endian and row-major; BOOL is one byte (0 or 1) per value. Binary
 inputs become arrays with ``np.frombuffer`` over the request body (no copy, no per-element
-Python); JSON ``data`` goes through the v1 tensor fields (one ``np.array`` call).
+Python); JSON ``data`` goes through the v1 tensor fields (one ``np.array`` call). BYTES (UTF-8 text here) is
+a list of strings in JSON, and in binary each element's 4-byte little-endian length then its bytes; it
+becomes an object array of ``str``.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -19,12 +22,14 @@ from marshmallow import ValidationError
 
 from schemas.tensor import BoolTensor, Tensor
 from service.edge.v2.errors import ProtocolError
+from service.operations.limits import Limits
 from service.operations.registry import TensorSpec
-from service.problems import flatten_messages
+from service.problems import flatten_messages, pointer
 
 # Protocol datatype <-> little-endian numpy dtype, for the datatypes this service speaks.
 DTYPES = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"), "BOOL": np.dtype("?")}
 DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DTYPES.items()}
+LENGTH = struct.Struct("<I")  # a BYTES element's length prefix
 
 
 def _fail(spec: TensorSpec, message: str) -> ProtocolError:
@@ -53,34 +58,82 @@ class BinaryReader:
                                 "not claimed by any input's binary_data_size.")
 
 
-def decode(spec: TensorSpec, tensor: dict[str, Any], binary: BinaryReader) -> np.ndarray:
-    """One validated ``$request_input`` -> an array of its shape and datatype (finite, non-empty)."""
+def decode(spec: TensorSpec, tensor: dict[str, Any], binary: BinaryReader, limits: Limits) -> np.ndarray:
+    """One validated ``$request_input`` -> an array of its shape and datatype (finite, non-empty; BYTES: an
+    object array of ``str``). A spec's ``count_limit`` bounds the element count, judged from the shape."""
     datatype, shape = tensor["datatype"], tuple(tensor["shape"])
     if datatype not in spec.datatypes:
         raise _fail(spec, f"datatype {datatype} is not supported")
     if len(shape) not in spec.ranks or 0 in shape:
         raise _fail(spec, f"got shape {list(shape)}")
     size = math.prod(shape)
-    dtype = DTYPES[datatype]
+    if spec.count_limit:  # before a loop over the elements (BYTES) runs
+        limits.check(spec.count_limit, size, pointer=pointer(spec.name))
     if "binary_data_size" in tensor["parameters"]:
         if "data" in tensor:
             raise _fail(spec, "give either data or binary_data_size, not both")
         nbytes = tensor["parameters"]["binary_data_size"]
-        if nbytes != size * dtype.itemsize:
-            raise _fail(spec, f"binary_data_size is {nbytes} bytes but shape {list(shape)} of {datatype} "
-                              f"needs {size * dtype.itemsize}")
-        offset = binary.take(spec, nbytes)
-        if dtype.kind == "b":  # only 0 and 1 are booleans
-            raw = np.frombuffer(binary.data, np.uint8, size, offset)
-            if (raw > 1).any():
-                raise _fail(spec, "BOOL bytes must be 0 or 1")
-        array = np.frombuffer(binary.data, dtype, size, offset).reshape(shape)
-        if dtype.kind == "f" and not np.isfinite(array).all():
-            raise _fail(spec, "every value must be finite (NaN or Infinity found)")
-        return array
+        if datatype == "BYTES":
+            return _strings_from_bytes(spec, binary.data[binary.take(spec, nbytes):][:nbytes], size).reshape(shape)
+        return _from_bytes(spec, binary, nbytes, shape, datatype)
     if "data" not in tensor:
         raise _fail(spec, "no data and no binary_data_size")
-    return _from_json(spec, tensor["data"], shape, dtype)
+    if datatype == "BYTES":
+        return _strings_from_json(spec, tensor["data"], shape)
+    return _from_json(spec, tensor["data"], shape, DTYPES[datatype])
+
+
+def _from_bytes(spec: TensorSpec, binary: BinaryReader, nbytes: int, shape: tuple[int, ...],
+                datatype: str) -> np.ndarray:
+    """Fixed-size values: a view of the body's bytes (BOOL only 0 or 1, floats finite)."""
+    size, dtype = math.prod(shape), DTYPES[datatype]
+    if nbytes != size * dtype.itemsize:
+        raise _fail(spec, f"binary_data_size is {nbytes} bytes but shape {list(shape)} of {datatype} "
+                          f"needs {size * dtype.itemsize}")
+    offset = binary.take(spec, nbytes)
+    if dtype.kind == "b":  # only 0 and 1 are booleans
+        raw = np.frombuffer(binary.data, np.uint8, size, offset)
+        if (raw > 1).any():
+            raise _fail(spec, "BOOL bytes must be 0 or 1")
+    array = np.frombuffer(binary.data, dtype, size, offset).reshape(shape)
+    if dtype.kind == "f" and not np.isfinite(array).all():
+        raise _fail(spec, "every value must be finite (NaN or Infinity found)")
+    return array
+
+
+def _strings_from_bytes(spec: TensorSpec, data: memoryview, size: int) -> np.ndarray:
+    """``size`` BYTES elements, each a 4-byte little-endian length then that many bytes of UTF-8, filling
+    ``data`` exactly -> (size,) object array of ``str``."""
+    strings, offset = np.empty(size, object), 0
+    for i in range(size):
+        if offset + LENGTH.size > len(data):
+            raise _fail(spec, f"binary data ends before element {i}'s 4-byte length ({size} elements in the shape)")
+        (length,) = LENGTH.unpack_from(data, offset)
+        offset += LENGTH.size
+        if offset + length > len(data):
+            raise _fail(spec, f"element {i} claims {length} bytes, past the end of its binary_data_size")
+        try:
+            strings[i] = str(data[offset:offset + length], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(spec, f"element {i} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        offset += length
+    if offset != len(data):
+        raise _fail(spec, f"{len(data) - offset} bytes of binary_data_size are left after the {size} elements")
+    return strings
+
+
+def _strings_from_json(spec: TensorSpec, data: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """JSON strings, flat or nested exactly as ``shape`` -> object array of ``str``."""
+    try:
+        array = np.array(data, dtype=object)
+    except ValueError:  # ragged nesting
+        raise _fail(spec, "data is ragged") from None
+    if not (array.shape == shape or (array.ndim == 1 and array.size == math.prod(shape))):
+        raise _fail(spec, f"data has shape {list(array.shape)}, not {list(shape)} (flat or nested)")
+    for i, value in enumerate(array.flat):
+        if not isinstance(value, str):
+            raise _fail(spec, f"data element {i} is not a string")
+    return array.reshape(shape)
 
 
 def _from_json(spec: TensorSpec, data: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -99,7 +152,15 @@ def _from_json(spec: TensorSpec, data: Any, shape: tuple[int, ...], dtype: np.dt
 
 
 def encode(name: str, array: np.ndarray, binary: bool) -> tuple[dict[str, Any], bytes | None]:
-    """``$response_output`` for ``array``, and its raw little-endian bytes when ``binary``."""
+    """``$response_output`` for ``array``, and its raw little-endian bytes when ``binary`` (an object array of
+    ``str`` is BYTES: each element's UTF-8 length-prefixed)."""
+    if array.dtype == object:
+        output = {"name": name, "datatype": "BYTES", "shape": list(array.shape)}
+        if not binary:
+            return {**output, "data": array.reshape(-1).tolist()}, None  # orjson writes no object arrays
+        encoded = [text.encode() for text in array.flat]
+        raw = b"".join(LENGTH.pack(len(item)) + item for item in encoded)
+        return {**output, "parameters": {"binary_data_size": len(raw)}}, raw
     array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
     output = {"name": name, "datatype": DATATYPE_OF[array.dtype.newbyteorder("=")], "shape": list(array.shape)}
     if binary:

@@ -200,7 +200,7 @@ def test_a_header_unreadable_as_utf8_names_the_charset_it_declares(client):
 def test_unknown_model_is_404(client, path):
     response = client.post(path, json={"inputs": QKV}) if path.endswith("infer") else client.get(path)
     assert_error(response, 404, "Unknown model 'gpt'; the models are scaled_dot_product_attention, "
-                                "multi_head_attention.")
+                                "multi_head_attention, all-minilm-l6-v2.")
     assert_still_healthy(client)
 
 

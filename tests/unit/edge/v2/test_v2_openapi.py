@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.operations.catalogue import DEFAULT_NAME
 from tests.unit.edge.test_openapi import SPEC, response_schema, validator
 from tests.unit.edge.v2.test_v2_errors import SDPA
 
@@ -54,3 +55,30 @@ def test_real_errors_match_the_protocol_error_schema(client, status, send):
     validator(media["schema"]).validate(response.get_json())
     if "example" in media:
         assert response.get_json() == media["example"]
+
+
+def test_the_trained_model_is_documented_like_the_attention_models():
+    """Its name in every /v2 model path's enum, its tensors and parameters in the infer operation's description."""
+    for path in ("/v2/models/{model}", "/v2/models/{model}/ready", "/v2/models/{model}/infer"):
+        [parameter] = SPEC["paths"][path]["parameters"]
+        assert parameter["schema"]["enum"] == ["scaled_dot_product_attention", "multi_head_attention", DEFAULT_NAME]
+    for words in ("`text` (BYTES [B]", "`layers`, `heads` (comma-separated strings such as",
+                  "`attentions` (FP32 [B, L, H, n, n])", "`last_hidden_state` (FP32", "`tokens` (BYTES [B, n])",
+                  "padded keys weigh exactly 0"):
+        assert words in " ".join(INFER["description"].split())
+
+
+def test_the_trained_models_real_answers_match_the_schemas(client):
+    url = f"/v2/models/{DEFAULT_NAME}"
+    body = client.get(url).get_json()
+    validator(SPEC["paths"]["/v2/models/{model}"]["get"]["responses"]["200"]["content"]["application/json"]
+              ["schema"]).validate(body)
+    answer = client.post(f"{url}/infer", json={"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES",
+                                                           "data": ["the dog ate", "hi"]}],
+                                               "parameters": {"layers": "0", "heads": "1,2"}})
+    validator(INFER["responses"]["200"]["content"]["application/json"]["schema"]).validate(answer.get_json())
+    error = client.post(f"{url}/infer", json={"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                                                          "data": [" "]}]})
+    _, media = response_schema("/v2/models/{model}/infer", "post", "400")
+    assert error.status_code == 400
+    validator(media["schema"]).validate(error.get_json())
