@@ -19,6 +19,7 @@ from service.edge import health, observability, pages, security
 from service.edge.jsonio import OrjsonProvider
 from service.edge.smorest import init_api
 from service.edge.v1 import attention, batch, demos, heatmap, limits, models, reference
+from service.edge.v2 import models as v2_models
 from service.edge.v2 import routes as v2
 from service.operations import catalogue
 from service.operations.limits import Limits
@@ -49,7 +50,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
     the limits read from the environment. The models ATTENTION_MODELS names are loaded here: in gunicorn's
     master (preload), before the fork, so every worker shares their pages."""
-    catalogue.install(catalogue.from_env())
+    served = catalogue.from_env()
+    v2_models.refuse_clashes(served)
+    catalogue.install(served)
     app = App(__name__)
     app.json = OrjsonProvider(app)
     app.config.update(config or {})

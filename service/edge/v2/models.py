@@ -117,3 +117,11 @@ def find(name: str) -> Served | None:
 def names() -> list[str]:
     """Every v2 model's name: the registry's, then the served trained models'."""
     return [*MODELS, *catalogue.served()]
+
+
+def refuse_clashes(served: dict[str, Any]) -> None:
+    """A served model named as a registry v2 model would be hidden by it on /v2: refused at start-up."""
+    clashes = sorted(set(served) & set(MODELS))
+    if clashes:
+        raise ValueError(f"ATTENTION_MODELS: {clashes} are names of built-in /v2 models; serve the model under "
+                         "another name")

@@ -102,3 +102,11 @@ def test_lookup_of_an_unknown_name_is_a_404_naming_the_known_ones(monkeypatch):
     monkeypatch.setattr(catalogue, "_served", {})
     with pytest.raises(catalogue.ModelNotFound, match="known: none"):
         catalogue.lookup("a")
+
+
+def test_a_model_named_as_a_built_in_v2_model_stops_the_start_up(monkeypatch, minilm_folder):
+    from service.edge import create_app
+
+    monkeypatch.setenv("ATTENTION_MODELS", f"multi_head_attention={minilm_folder}")
+    with pytest.raises(ValueError, match=r"\['multi_head_attention'\] are names of built-in /v2 models"):
+        create_app()
