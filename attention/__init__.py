@@ -9,7 +9,7 @@ throughout, other real inputs are computed in float64.
 No training, no web code: the HTTP service imports this, never the other way round.
 """
 
-from .bert import Bert, BertConfig, BertOutput
+from .bert import Bert, BertConfig, BertOutput, BertTrace
 from .demos import DEMOS, Demo
 from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, layer_norm
 from .errors import AttentionError, UnknownTokenError
@@ -23,7 +23,7 @@ from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
 
 __all__ = [
     "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionTrace", "Bert", "BertConfig", "BertOutput",
-    "Demo", "Encoded", "Encoder",
+    "BertTrace", "Demo", "Encoded", "Encoder",
     "EncoderBlock", "EncoderLayerTrace", "ModelFolderError", "MultiHeadAttention", "Pretrained", "SelfAttention",
     "UnknownTokenError", "WordPieces",
     "causal_mask", "embed", "is_per_head", "layer_norm", "load_folder", "padding_mask", "positional_encoding",

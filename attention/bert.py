@@ -16,7 +16,7 @@ and V side by side), and kept in the checkpoint's float32. A float64 call casts 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,10 +144,12 @@ class Bert:
 
     def __call__(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None,
                  lengths: np.ndarray | None = None, *, dtype: type = np.float32, return_weights: bool = True,
-                 weights_of: Collection[int] | None = None, hidden_states: bool = False) -> BertOutput:
+                 weights_of: Collection[int] | None = None, heads: Sequence[int] | None = None,
+                 hidden_states: bool = False) -> BertOutput:
         """token_ids (B, n) -> :class:`BertOutput`. ``token_type_ids`` (B, n): zeros when None. ``lengths``
         (B,): the real tokens of each item, the rest padding (keys it never attends to); None: all real.
-        ``weights_of``: the layers whose weights are kept (default all; the others' are None, never stored)."""
+        ``weights_of``: the layers whose weights are kept (default all; the others' are None, never stored);
+        ``heads``: the heads whose weights are kept, in that order (default all): (B, h_sel, n, n) a layer."""
         dtype = np.dtype(dtype)
         types = np.zeros_like(token_ids) if token_type_ids is None else token_type_ids
         x = self.embed(token_ids, types, dtype)                                # (B, n, d_model)
@@ -155,10 +157,12 @@ class Bert:
         mask = None if lengths is None else GroupMask(padding_mask(lengths, n)[:, None], (b, self.config.n_heads))
         states, weights = [x], []
         keep_weights = range(len(self.layers)) if weights_of is None else frozenset(weights_of)
+        kept_heads = None if heads is None or list(heads) == list(range(self.config.n_heads)) else list(heads)
+        h_kept = self.config.n_heads if kept_heads is None else len(kept_heads)
         for i, layer in enumerate(self.layers):
             kept = return_weights and i in keep_weights
-            w = np.empty((b * self.config.n_heads, n, n), dtype) if kept else None   # (B*h, n, n)
-            x = self._layer(layer.cast(dtype), x, mask, w)
+            w = np.empty((b * h_kept, n, n), dtype) if kept else None              # (B*h_sel, n, n)
+            x = self._layer(layer.cast(dtype), x, mask, w, kept_heads)
             states.append(x)
             weights.append(w)
         keep = None if lengths is None else padding_mask(lengths, n)[:, 0, :]  # (B, n): real positions
@@ -169,17 +173,39 @@ class Bert:
             [_zero_padding(s, keep) for s in states] if hidden_states else None)
 
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it
-    def _layer(self, layer: _Layer, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None) -> np.ndarray:
-        """One encoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B*h, n, n) filled if given."""
+    def _layer(self, layer: _Layer, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
+               heads: list[int] | None = None) -> np.ndarray:
+        """One encoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B*h_sel, n, n) filled with those
+        of ``heads`` (None: all) if given."""
+        return self._after_attention(layer, x, self._attend(layer, x, mask, weights, heads))[-1]
+
+    def _attend(self, layer: _Layer, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
+                heads: list[int] | None) -> np.ndarray:
+        """Every head's attention over x (B, n, d_model) -> (B*h, n, d_k); only ``heads``' weights are stored
+        (into ``weights``), the others' are computed tile by tile and dropped."""
         q, k, v = self._project(layer, x)                                      # each (B*h, n, d_k)
         q *= x.dtype.type(self._scale)
-        heads = attend_groups(q, k, v, mask, False, weights)                   # (B*h, n, d_k)
+        if weights is None or heads is None:
+            return attend_groups(q, k, v, mask, False, weights)                # (B*h, n, d_k)
+        b, n, _ = x.shape
+        h = self.config.n_heads
+        rest = [i for i in range(h) if i not in heads]
+        out = np.empty((b, h, n, self.config.d_k), x.dtype)                    # (B, h, n, d_k)
+        for chosen, into in ((heads, weights), (rest, None)):
+            if chosen:
+                part = [a.reshape(b, h, n, -1)[:, chosen].reshape(b * len(chosen), n, -1) for a in (q, k, v)]
+                group_mask = None if mask is None else GroupMask(mask.array, (b, len(chosen)))
+                out[:, chosen] = attend_groups(*part, group_mask, False, into).reshape(b, len(chosen), n, -1)
+        return out.reshape(b * h, n, -1)
+
+    def _after_attention(self, layer: _Layer, x: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Heads (B*h, n, d_k) -> W_o, add & norm, feed-forward, add & norm: the four stages, each (B, n, d_model)."""
         attended = linear(self._concatenate(heads, x.shape), layer.w_o, layer.b_o)
-        attended += x                                                          # the residual, in place
-        first = learned_layer_norm(attended, *layer.norm_1, self.config.layer_norm_eps)       # add & norm
+        require_finite(attended, "X")
+        first = learned_layer_norm(x + attended, *layer.norm_1, self.config.layer_norm_eps)   # add & norm
         feed_forward = self._feed_forward(layer, first)
-        feed_forward += first
-        return learned_layer_norm(feed_forward, *layer.norm_2, self.config.layer_norm_eps)   # add & norm
+        output = learned_layer_norm(first + feed_forward, *layer.norm_2, self.config.layer_norm_eps)  # add & norm
+        return attended, first, feed_forward, output
 
     def _project(self, layer: _Layer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x (B, n, d_model) -> q, k, v each (B*h, n, d_k), contiguous (one projection for all three)."""
@@ -198,33 +224,48 @@ class Bert:
         """Position-wise GELU(x W_1 + b_1) W_2 + b_2: (B, n, d_model) -> (B, n, d_ff) -> (B, n, d_model)."""
         return linear(gelu(linear(x, layer.w_1, layer.b_1)), layer.w_2, layer.b_2)
 
-    def trace(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None, *,
-              dtype: type = np.float32) -> list[EncoderLayerTrace]:
-        """Every stage of every layer for unpadded token_ids (B, n), as the toy encoder's trace names them:
-        per head q, k, v, scores, scaled scores, masked scores, weights; the attention after W_o; the first
-        add & norm; the feed-forward output; the layer output."""
+    def trace(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None, *, dtype: type = np.float32,
+              layers: Collection[int] | None = None, heads: Sequence[int] | None = None) -> BertTrace:
+        """Every stage of the chosen ``layers`` (default all) for unpadded token_ids (B, n), as the toy encoder's
+        trace names them: per chosen head (default all) q, k, v, scores, scaled scores, masked scores, weights;
+        the attention after W_o; the first add & norm; the feed-forward output; the layer output. The other
+        layers and heads are computed as by the forward pass, their stages dropped."""
         dtype = np.dtype(dtype)
         types = np.zeros_like(token_ids) if token_type_ids is None else token_type_ids
-        x, traces = self.embed(token_ids, types, dtype), []
-        for layer in self.layers:
-            traces.append(self._trace_layer(layer.cast(dtype), x))
-            x = traces[-1].output
-        return traces
+        traced = range(len(self.layers)) if layers is None else frozenset(layers)
+        chosen = list(range(self.config.n_heads)) if heads is None else list(heads)
+        x = self.embed(token_ids, types, dtype)                                # (B, n, d_model)
+        states, traces = [x], {}
+        for i, layer in enumerate(self.layers):
+            if i in traced:
+                traces[i] = self._trace_layer(layer.cast(dtype), x, chosen)
+                x = traces[i].output
+            else:
+                x = self._layer(layer.cast(dtype), x, None, None)
+            states.append(x)
+        return BertTrace(x, traces, states)
 
     @np.errstate(over="ignore", invalid="ignore")
-    def _trace_layer(self, layer: _Layer, x: np.ndarray) -> EncoderLayerTrace:
-        """:meth:`_layer`, keeping every stage."""
+    def _trace_layer(self, layer: _Layer, x: np.ndarray, heads: list[int]) -> EncoderLayerTrace:
+        """:meth:`_layer`, keeping every stage of ``heads``."""
         b, n, _ = x.shape
         per_head = (b, self.config.n_heads, n, self.config.d_k)
-        q, k, v = (a.reshape(per_head) for a in self._project(layer, x))       # each (B, h, n, d_k)
+        q, k, v = (a.reshape(per_head)[:, heads] for a in self._project(layer, x))  # each (B, h_sel, n, d_k)
         stages = trace_attention(q, k, v, scale=self._scale)
-        attended = linear(self._concatenate(stages.output, x.shape), layer.w_o, layer.b_o)
-        require_finite(attended, "X")
-        first = learned_layer_norm(x + attended, *layer.norm_1, self.config.layer_norm_eps)
-        feed_forward = self._feed_forward(layer, first)
-        output = learned_layer_norm(first + feed_forward, *layer.norm_2, self.config.layer_norm_eps)
+        attended, first, feed_forward, output = self._after_attention(layer, x, self._attend(layer, x, None, None,
+                                                                                           None))
         attention = AttentionTrace(**{**stages.__dict__, "output": attended, "q": q, "k": k, "v": v})
         return EncoderLayerTrace(attention, first, feed_forward, output)
+
+
+@dataclass(frozen=True)
+class BertTrace:
+    """``output`` (B, n, d_model); ``layers``: the traced layers' stages by index; ``hidden_states``: the embeddings
+    and every layer's output, n_layers + 1 arrays (B, n, d_model)."""
+
+    output: np.ndarray
+    layers: dict[int, EncoderLayerTrace]
+    hidden_states: list[np.ndarray]
 
 
 def _zero_padding(array: np.ndarray, keep: np.ndarray | None, *, rows: bool = False) -> np.ndarray:

@@ -116,8 +116,10 @@ class EncoderLayerTrace(Schema):
     """Every stage of one encoder block, each ``(..., n, d_model)`` except the per-head attention."""
 
     attention = fields.Nested(EncoderAttentionTrace, required=True)
-    add_norm_1 = Tensor(required=True, ranks=BATCHABLE, metadata={"description": "layer_norm(X + attention)."})
-    feed_forward = Tensor(required=True, ranks=BATCHABLE, metadata={"description": "ReLU(x W_1) W_2."})
+    add_norm_1 = Tensor(required=True, ranks=BATCHABLE, metadata={
+        "description": "layer_norm(X + attention) (a trained model's with its learned scale and shift)."})
+    feed_forward = Tensor(required=True, ranks=BATCHABLE, metadata={
+        "description": "ReLU(x W_1) W_2 in /v1/encoder; GELU(x W_1 + b_1) W_2 + b_2 in a trained model."})
     output = Tensor(required=True, ranks=BATCHABLE, metadata={
         "description": "layer_norm(add_norm_1 + feed_forward): the next layer's input."})
 

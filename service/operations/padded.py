@@ -42,11 +42,10 @@ def compute(params: Params, limits: Limits) -> Result:
     lengths = np.array([len(e.tokens) for e in encodings])                # (B,)
     with EngineCall((), list, params, size.weights):
         out = model.pretrained.bert(ids, types, lengths, dtype=np.float32, return_weights=params["return_weights"],
-                                    weights_of=layers)
+                                    weights_of=layers, heads=heads)
     result = {"tokens": tokens, "last_hidden_state": out.output}          # (B, n, d_model)
     if params["return_weights"]:
-        pick = slice(None) if len(heads) == config.n_heads else heads
-        result["attentions"] = np.stack([out.weights[i][:, pick] for i in layers], axis=1)  # (B, L, H, n, n)
+        result["attentions"] = np.stack([out.weights[i] for i in layers], axis=1)  # (B, L, H, n, n)
     return result
 
 

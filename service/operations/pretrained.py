@@ -9,10 +9,11 @@ engine call, which /v1/batch groups them by.
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Hashable
 
 import numpy as np
+from cachetools import LRUCache, cached
 
 import attention as engine
 from service.operations import sizes
@@ -33,7 +34,12 @@ def admit(params: Params, limits: Limits) -> None:
             limits.check("max_text_chars", len(params[name]), pointer=pointer(name))
 
 
-@functools.lru_cache(maxsize=512)  # work() and compute() of one request, and the same sentences again
+# work() and compute() of one request, and the same sentences again. Bounded by word pieces, not entries: a
+# 10,000-character text is ~7,000 pieces (~0.4 MB with its arrays), so 512 entries of them would be ~200 MB.
+CACHED_PIECES = 1 << 16  # ~4 MB
+
+
+@cached(LRUCache(maxsize=CACHED_PIECES, getsizeof=lambda encoding: len(encoding.tokens)), lock=threading.Lock())
 def _encode(tokenizer: engine.WordPieces, text: str, pair: str | None) -> engine.Encoded:
     return tokenizer.encode(text, pair)
 
@@ -122,15 +128,14 @@ def _computed(model: ServedModel, options: Params, encodings: list[engine.Encode
     config = model.config
     layers = selected(options, "layers", config.n_layers)
     heads = selected(options, "heads", config.n_heads)
-    pick = slice(None) if len(heads) == config.n_heads else heads
     ids = np.stack([encoding.ids for encoding in encodings])                # (G, n)
     types = np.stack([encoding.type_ids for encoding in encodings])         # (G, n)
-    out = model.pretrained.bert(ids, types, dtype=options["dtype"], weights_of=layers,
+    out = model.pretrained.bert(ids, types, dtype=options["dtype"], weights_of=layers, heads=heads,
                                 hidden_states=options["return_hidden_states"])
     answers = []
     for g, encoding in enumerate(encodings):
         answer = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": out.output[g],
-                  "layers": [{"layer": i, "heads": heads, "weights": out.weights[i][g, pick]} for i in layers]}
+                  "layers": [{"layer": i, "heads": heads, "weights": out.weights[i][g]} for i in layers]}
         if out.hidden_states is not None:
             answer["hidden_states"] = [state[g] for state in out.hidden_states]   # n_layers + 1 of (n, d_model)
         answers.append(answer)
@@ -138,26 +143,22 @@ def _computed(model: ServedModel, options: Params, encodings: list[engine.Encode
 
 
 def _traced(model: ServedModel, params: Params, encoding: engine.Encoded) -> Result:
-    """One text with every stage of its selected layers and heads."""
-    bert, config = model.pretrained.bert, model.config
+    """One text with every stage of its selected layers and heads (only those are kept)."""
+    config = model.config
+    layers = selected(params, "layers", config.n_layers)
     heads = selected(params, "heads", config.n_heads)
-    pick = slice(None) if len(heads) == config.n_heads else heads
-    ids, types = encoding.ids[None], encoding.type_ids[None]                  # (1, n)
-    traces = bert.trace(ids, types, dtype=params["dtype"])
-    result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": traces[-1].output[0],
-              "layers": [_traced_layer(i, heads, pick, traces[i]) for i in selected(params, "layers", config.n_layers)]}
+    trace = model.pretrained.bert.trace(encoding.ids[None], encoding.type_ids[None], dtype=params["dtype"],
+                                        layers=layers, heads=heads)
+    result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": trace.output[0],
+              "layers": [_traced_layer(i, heads, trace.layers[i]) for i in layers]}
     if params["return_hidden_states"]:
-        first = bert.embed(ids, types, np.dtype(params["dtype"]))
-        result["hidden_states"] = [first[0], *(t.output[0] for t in traces)]
+        result["hidden_states"] = [state[0] for state in trace.hidden_states]
     return result
 
 
-def _traced_layer(index: int, heads: list[int], pick: slice | list[int], trace: engine.EncoderLayerTrace) -> dict:
+def _traced_layer(index: int, heads: list[int], trace: engine.EncoderLayerTrace) -> dict:
     """A selected layer with its trace: per selected head q, k, v, the score stages and weights; the attention
     after W_o and the add & norm and feed-forward stages, as /v1/encoder names them."""
-    stages = trace.as_dict()
-    attention = {name: (array[0] if name == "output" else array[0, pick]) for name, array in
-                 stages.pop("attention").items()}
-    layer = {name: array[0] for name, array in stages.items()}
-    return {"layer": index, "heads": heads, "weights": attention["weights"], "trace": {"attention": attention,
-                                                                                         **layer}}
+    stages = {name: array[0] for name, array in trace.as_dict().pop("attention").items()}
+    layer = {name: array[0] for name, array in trace.as_dict().items() if name != "attention"}
+    return {"layer": index, "heads": heads, "weights": stages["weights"], "trace": {"attention": stages, **layer}}

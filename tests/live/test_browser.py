@@ -303,6 +303,17 @@ def test_model_view_has_every_layer_and_head_and_a_click_enlarges_one(browser, l
     assert console_errors(browser) == []
 
 
+def test_a_head_past_the_heatmap_limit_is_drawn_unlabelled(browser, live):
+    open_real_mode(browser, live)
+    run_model(browser, "the dog ate the food " * 30)                  # 152 word pieces: 152^2 > max_heatmap_cells
+    width = wait_for(browser, "const c = document.querySelector('#model-heatmap figure canvas.enlarged');"
+                              "return c && c.width")
+    assert width == 152
+    figure = browser.find_element("css selector", "#model-heatmap figure")
+    assert "drawn without labels" in figure.text and "max_heatmap_cells" in figure.text
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused picture only
+
+
 def test_real_model_errors_are_shown_with_their_pointer(browser, live):
     open_real_mode(browser, live)
     set_field(browser, "#text", "   ")

@@ -241,15 +241,22 @@ async function showHead(answer) {
   const head = Number($("#head").value);
   const entry = answer.layers.find((item) => item.layer === layer);
   const drawing = ++headDrawing;
-  const svg = await postJson("v1/heatmap", {
-    weights: entry.weights[entry.heads.indexOf(head)], row_labels: answer.tokens, col_labels: answer.tokens,
-    title: `Layer ${layer}, head ${head}`,
-  });
+  const weights = entry.weights[entry.heads.indexOf(head)];
+  let picture, note = "";
+  try {
+    picture = svgNode(await postJson("v1/heatmap", {
+      weights, row_labels: answer.tokens, col_labels: answer.tokens, title: `Layer ${layer}, head ${head}`,
+    }), "model-head");
+  } catch (failure) {  // past max_heatmap_cells (over 128 word pieces): the same cells, unlabelled
+    picture = thumbnail(weights);
+    picture.classList.add("enlarged");
+    note = ` (drawn without labels: ${failure.message})`;
+  }
   if (drawing !== headDrawing) return;
   $("#model-heatmap").replaceChildren(element("figure", {class: "heatmap", "data-layer": layer, "data-head": head},
-    svgNode(svg, "model-head"),
+    picture,
     element("figcaption", {}, `Layer ${layer}, head ${head} of ${answer.layers.length} layers × ` +
-      `${entry.heads.length} heads: rows are queries, columns keys`)));
+      `${entry.heads.length} heads: rows are queries, columns keys${note}`)));
   for (const button of document.querySelectorAll("#model-view button")) {
     const chosen = Number(button.dataset.layer) === layer && Number(button.dataset.head) === head;
     button.setAttribute("aria-pressed", String(chosen));

@@ -100,10 +100,12 @@ def test_trace_agrees_with_the_forward_pass(minilm, dtype, tolerance):
     first, second = (encode(minilm, text)[0] for text in (README_SENTENCE, TEXTS["unicode"][0]))
     n = min(first.shape[1], second.shape[1])
     ids = np.concatenate([first[:, :n], second[:, :n]])                # (2, n): a batch, no padding
-    traces = minilm.bert.trace(ids, dtype=dtype)
+    trace = minilm.bert.trace(ids, dtype=dtype)
+    traces = [trace.layers[i] for i in range(6)]
     forward = minilm.bert(ids, dtype=dtype, hidden_states=True)
-    assert len(traces) == 6
-    assert max_difference([traces[-1].output], [forward.output]) <= tolerance
+    assert sorted(trace.layers) == list(range(6))
+    np.testing.assert_array_equal(trace.output, forward.output)        # the untraced path computed the output
+    assert max_difference(trace.hidden_states, forward.hidden_states) <= tolerance
     assert max_difference([t.output for t in traces], forward.hidden_states[1:]) <= tolerance
     assert max_difference([t.attention.weights for t in traces], forward.weights) <= tolerance
     scale = 1 / np.sqrt(32)                                            # d_k = 384 / 12
@@ -116,6 +118,31 @@ def test_trace_agrees_with_the_forward_pass(minilm, dtype, tolerance):
         np.testing.assert_allclose(stages.weights.sum(axis=-1), 1, atol=tolerance)
         assert not stages.masked_scores.mask.any()                     # nothing is hidden in an unpadded batch
         assert stages.output.shape == t.add_norm_1.shape == t.feed_forward.shape == t.output.shape == (2, n, 384)
+
+
+def test_a_trace_of_some_layers_and_heads_keeps_only_theirs(minilm):
+    ids = encode(minilm, README_SENTENCE)[0]                           # (1, n)
+    n = ids.shape[1]
+    full = minilm.bert.trace(ids)
+    some = minilm.bert.trace(ids, layers=[4, 1], heads=[7, 2])
+    assert sorted(some.layers) == [1, 4]
+    np.testing.assert_array_equal(some.output, full.output)
+    for i in (1, 4):
+        stages, whole = some.layers[i].attention, full.layers[i].attention
+        assert stages.weights.shape == stages.scores.shape == (1, 2, n, n) and stages.q.shape == (1, 2, n, 32)
+        np.testing.assert_array_equal(stages.weights, whole.weights[:, [7, 2]])
+        np.testing.assert_array_equal(some.layers[i].output, full.layers[i].output)
+
+
+def test_weights_of_some_heads_equal_those_of_all(minilm):
+    ids = encode(minilm, README_SENTENCE)[0]
+    every = minilm.bert(ids, weights_of=[0, 5])
+    some = minilm.bert(ids, weights_of=[0, 5], heads=[11, 0, 3])
+    np.testing.assert_array_equal(some.output, every.output)
+    for i in (0, 5):
+        assert some.weights[i].shape == (1, 3, ids.shape[1], ids.shape[1])
+        np.testing.assert_array_equal(some.weights[i], every.weights[i][:, [11, 0, 3]])
+    assert some.weights[1] is None
 
 
 @pytest.mark.parametrize(("ids", "types", "argument", "message"), [
