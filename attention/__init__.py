@@ -9,7 +9,8 @@ throughout, other real inputs are computed in float64.
 No training, no web code: the HTTP service imports this, never the other way round.
 """
 
-from .bert import Bert, BertConfig, BertOutput, BertTrace
+from .bert import Bert, BertOutput, BertTrace
+from .checkpoint import BertConfig
 from .demos import DEMOS, Demo
 from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, layer_norm
 from .errors import AttentionError, UnknownTokenError

@@ -9,9 +9,8 @@ additions at the bottom:
 Positions are learned vectors, not sinusoids; the token type tells the first sentence of a pair from
 the second. The layer norm comes after each residual add ("post-LN"), as in the paper.
 
-Weights arrive by their Hugging Face names (``attention/pretrained.py`` reads them from a folder); they
-are rearranged once, here, into the layout the forward pass wants (``x @ W`` with W (d_in, d_out), Q, K
-and V side by side), and kept in the checkpoint's float32. A float64 call casts one layer at a time.
+The weights are the checkpoint's, rearranged once into the layout this forward pass wants
+(``attention/checkpoint.py``: ``x @ W`` with W (d_in, d_out), Q, K and V side by side), in float32.
 """
 
 from __future__ import annotations
@@ -22,29 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .blocks import gelu, learned_layer_norm, linear
+from .checkpoint import BertConfig, LayerWeights, frozen, norm
 from .encoder import EncoderLayerTrace
 from .errors import AttentionError
 from .functional import AttentionTrace, default_scale, require_finite, trace_attention
 from .kernel import GroupMask, attend_groups
 from .masks import padding_mask
-
-
-@dataclass(frozen=True)
-class BertConfig:
-    """The shape of a BERT encoder (the names are the engine's; config.json's are in ``pretrained``)."""
-
-    n_layers: int
-    n_heads: int
-    d_model: int
-    d_ff: int
-    vocab_size: int
-    max_positions: int
-    type_vocab_size: int
-    layer_norm_eps: float
-
-    @property
-    def d_k(self) -> int:
-        return self.d_model // self.n_heads
 
 
 @dataclass(frozen=True)
@@ -59,65 +41,24 @@ class BertOutput:
     hidden_states: list[np.ndarray] | None
 
 
-class _Layer:
-    """One layer's weights, in the forward pass's layout, read-only."""
-
-    def __init__(self, tensors: Mapping[str, np.ndarray], prefix: str) -> None:
-        def dense(name: str) -> tuple[np.ndarray, np.ndarray]:
-            return tensors[f"{prefix}{name}.weight"].T, tensors[f"{prefix}{name}.bias"]
-
-        parts = [dense(f"attention.self.{p}") for p in ("query", "key", "value")]
-        self.w_qkv = _frozen(np.concatenate([w for w, _ in parts], axis=1))      # (d_model, 3 d_model)
-        self.b_qkv = _frozen(np.concatenate([b for _, b in parts]))             # (3 d_model,)
-        self.w_o, self.b_o = map(_frozen, dense("attention.output.dense"))       # (d_model, d_model)
-        self.norm_1 = _norm(tensors, f"{prefix}attention.output.LayerNorm")
-        self.w_1, self.b_1 = map(_frozen, dense("intermediate.dense"))           # (d_model, d_ff)
-        self.w_2, self.b_2 = map(_frozen, dense("output.dense"))                 # (d_ff, d_model)
-        self.norm_2 = _norm(tensors, f"{prefix}output.LayerNorm")
-
-    def cast(self, dtype: np.dtype) -> _Layer:
-        """These weights in ``dtype``: the layer itself for float32, a per-call float64 copy otherwise."""
-        if dtype == self.w_qkv.dtype:
-            return self
-        copy = object.__new__(_Layer)
-        copy.__dict__ = {k: tuple(a.astype(dtype) for a in v) if isinstance(v, tuple) else v.astype(dtype)
-                         for k, v in self.__dict__.items()}
-        return copy
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    """A contiguous float32 copy that nobody may change: shared by every request (and every worker)."""
-    out = np.ascontiguousarray(array, dtype=np.float32)
-    out = out.copy() if out is array else out
-    out.setflags(write=False)
-    return out
-
-
-def _norm(tensors: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A LayerNorm's (scale, shift)."""
-    return _frozen(tensors[f"{name}.weight"]), _frozen(tensors[f"{name}.bias"])
-
-
 class Bert:
     """A BERT encoder over token ids: ``Bert(config, tensors)`` with the checkpoint's tensors by their
     Hugging Face names (without the ``bert.`` prefix; the pooler is not used)."""
 
     def __init__(self, config: BertConfig, tensors: Mapping[str, np.ndarray]) -> None:
         self.config = config
-        self.word = _frozen(tensors["embeddings.word_embeddings.weight"])          # (vocab, d_model)
-        self.position = _frozen(tensors["embeddings.position_embeddings.weight"])  # (max_positions, d_model)
-        self.token_type = _frozen(tensors["embeddings.token_type_embeddings.weight"])  # (types, d_model)
-        self.norm = _norm(tensors, "embeddings.LayerNorm")
-        self.layers = [_Layer(tensors, f"encoder.layer.{i}.") for i in range(config.n_layers)]
+        self.word = frozen(tensors["embeddings.word_embeddings.weight"])          # (vocab, d_model)
+        self.position = frozen(tensors["embeddings.position_embeddings.weight"])  # (max_positions, d_model)
+        self.token_type = frozen(tensors["embeddings.token_type_embeddings.weight"])  # (types, d_model)
+        self.norm = norm(tensors, "embeddings.LayerNorm")
+        self.layers = [LayerWeights.from_tensors(tensors, f"encoder.layer.{i}.") for i in range(config.n_layers)]
         self._scale = default_scale(config.d_k)
 
     @property
     def nbytes(self) -> int:
         """Bytes of weights held (float32)."""
         arrays = [self.word, self.position, self.token_type, *self.norm]
-        arrays += [a for layer in self.layers for v in layer.__dict__.values()
-                   for a in (v if isinstance(v, tuple) else (v,))]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in arrays) + sum(a.nbytes for layer in self.layers for a in layer.arrays())
 
     def embed(self, token_ids: np.ndarray, token_type_ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """ids, types (B, n) -> LayerNorm(word + position + token type) (B, n, d_model) in ``dtype``."""
@@ -173,17 +114,18 @@ class Bert:
             [_zero_padding(s, keep) for s in states] if hidden_states else None)
 
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it
-    def _layer(self, layer: _Layer, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
+    def _layer(self, layer: LayerWeights, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
                heads: list[int] | None = None) -> np.ndarray:
         """One encoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B*h_sel, n, n) filled with those
         of ``heads`` (None: all) if given."""
         return self._after_attention(layer, x, self._attend(layer, x, mask, weights, heads))[-1]
 
-    def _attend(self, layer: _Layer, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
-                heads: list[int] | None) -> np.ndarray:
+    def _attend(self, layer: LayerWeights, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
+                heads: list[int] | None, projected: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
         """Every head's attention over x (B, n, d_model) -> (B*h, n, d_k); only ``heads``' weights are stored
-        (into ``weights``), the others' are computed tile by tile and dropped."""
-        q, k, v = self._project(layer, x)                                      # each (B*h, n, d_k)
+        (into ``weights``), the others' are computed tile by tile and dropped. ``projected``: x's q, k, v if
+        already computed (:meth:`_project`; q is scaled here, in place)."""
+        q, k, v = projected or self._project(layer, x)                         # each (B*h, n, d_k)
         q *= x.dtype.type(self._scale)
         if weights is None or heads is None:
             return attend_groups(q, k, v, mask, False, weights)                # (B*h, n, d_k)
@@ -198,7 +140,7 @@ class Bert:
                 out[:, chosen] = attend_groups(*part, group_mask, False, into).reshape(b, len(chosen), n, -1)
         return out.reshape(b * h, n, -1)
 
-    def _after_attention(self, layer: _Layer, x: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _after_attention(self, layer: LayerWeights, x: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, ...]:
         """Heads (B*h, n, d_k) -> W_o, add & norm, feed-forward, add & norm: the four stages, each (B, n, d_model)."""
         attended = linear(self._concatenate(heads, x.shape), layer.w_o, layer.b_o)
         require_finite(attended, "X")
@@ -207,7 +149,7 @@ class Bert:
         output = learned_layer_norm(first + feed_forward, *layer.norm_2, self.config.layer_norm_eps)  # add & norm
         return attended, first, feed_forward, output
 
-    def _project(self, layer: _Layer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _project(self, layer: LayerWeights, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x (B, n, d_model) -> q, k, v each (B*h, n, d_k), contiguous (one projection for all three)."""
         b, n, _ = x.shape
         h, d_k = self.config.n_heads, self.config.d_k
@@ -220,7 +162,7 @@ class Bert:
         b, n, d = shape
         return heads.reshape(b, self.config.n_heads, n, self.config.d_k).transpose(0, 2, 1, 3).reshape(b, n, d)
 
-    def _feed_forward(self, layer: _Layer, x: np.ndarray) -> np.ndarray:
+    def _feed_forward(self, layer: LayerWeights, x: np.ndarray) -> np.ndarray:
         """Position-wise GELU(x W_1 + b_1) W_2 + b_2: (B, n, d_model) -> (B, n, d_ff) -> (B, n, d_model)."""
         return linear(gelu(linear(x, layer.w_1, layer.b_1)), layer.w_2, layer.b_2)
 
@@ -246,14 +188,15 @@ class Bert:
         return BertTrace(x, traces, states)
 
     @np.errstate(over="ignore", invalid="ignore")
-    def _trace_layer(self, layer: _Layer, x: np.ndarray, heads: list[int]) -> EncoderLayerTrace:
+    def _trace_layer(self, layer: LayerWeights, x: np.ndarray, heads: list[int]) -> EncoderLayerTrace:
         """:meth:`_layer`, keeping every stage of ``heads``."""
         b, n, _ = x.shape
         per_head = (b, self.config.n_heads, n, self.config.d_k)
-        q, k, v = (a.reshape(per_head)[:, heads] for a in self._project(layer, x))  # each (B, h_sel, n, d_k)
+        projected = self._project(layer, x)                                    # each (B*h, n, d_k)
+        q, k, v = (a.reshape(per_head)[:, heads] for a in projected)           # copies, each (B, h_sel, n, d_k)
         stages = trace_attention(q, k, v, scale=self._scale)
-        attended, first, feed_forward, output = self._after_attention(layer, x, self._attend(layer, x, None, None,
-                                                                                           None))
+        heads_out = self._attend(layer, x, None, None, None, projected)         # the forward's, every head
+        attended, first, feed_forward, output = self._after_attention(layer, x, heads_out)
         attention = AttentionTrace(**{**stages.__dict__, "output": attended, "q": q, "k": k, "v": v})
         return EncoderLayerTrace(attention, first, feed_forward, output)
 

@@ -21,7 +21,8 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from .bert import Bert, BertConfig
+from .bert import Bert
+from .checkpoint import BertConfig
 
 # config.json setting -> the only value the engine computes (a missing setting takes transformers' default).
 REQUIRED = {

@@ -52,14 +52,12 @@ def compute(params: Params, limits: Limits) -> Result:
 def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> engine.Encoded:
     """Item ``index``'s word pieces after the checks of a v1 text (whitespace, max_text_chars before tokenizing,
     a token besides the specials, max_positions, max_sequence_length), every error pointing at /text/index."""
-    item = {"model": model.name, "text": params["text"][index], "layers": params["layers"],
-            "heads": params["heads"], "return_hidden_states": False, "trace": False}
+    item = {"model": model.name, "text": params["text"][index]}
     try:
         if not item["text"].strip():
             raise ValidationProblem.at(TEXT, "Must hold something other than whitespace.")
         pretrained.admit(item, limits)
-        pretrained.work(item)  # tokenizes; past the model's positions is a 422
-        encoding = pretrained.encoded(model, item)
+        encoding = pretrained.positioned(model, item)
         limits.check("max_sequence_length", len(encoding.tokens), pointer=TEXT)
     except ValidationProblem as exc:
         for error in exc.members.get("errors", []):

@@ -54,6 +54,17 @@ def encoded(model: ServedModel, params: Params) -> engine.Encoded:
     return encoding
 
 
+def positioned(model: ServedModel, params: Params) -> engine.Encoded:
+    """:func:`encoded`, within the model's positions: past its last learned one is a 422 at /text."""
+    encoding = encoded(model, params)
+    n, maximum = len(encoding.tokens), model.config.max_positions
+    if n > maximum:
+        raise ValidationProblem.at(pointer("text"), f"{n} tokens, past the model's {maximum} positions "
+                                   f"(max_positions, GET /v1/models/{model.name}).",
+                                   limit={"name": "max_positions", "maximum": maximum, "value": n})
+    return encoding
+
+
 def selected(params: Params, name: str, count: int) -> list[int]:
     """The requested layers or heads, in increasing order (default all); one past ``count`` is a 422."""
     chosen = params.get(name)
@@ -71,11 +82,7 @@ def work(params: Params) -> Work:
     computed only; n * d_model outputs (with hidden states L + 1 more, with trace 7 a selected layer)."""
     model = lookup(params["model"])
     config = model.config
-    n = len(encoded(model, params).tokens)
-    if n > config.max_positions:  # the model has no position past its last learned one
-        raise ValidationProblem.at(pointer("text"), f"{n} tokens, past the model's {config.max_positions} positions "
-                                   f"(max_positions, GET /v1/models/{model.name}).",
-                                   limit={"name": "max_positions", "maximum": config.max_positions, "value": n})
+    n = len(positioned(model, params).tokens)
     layers = selected(params, "layers", config.n_layers)
     heads = selected(params, "heads", config.n_heads)
     where = pointer("text")
