@@ -10,6 +10,7 @@ No pytest here: benchmarks/ import it too (with the repository root on sys.path)
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -102,6 +103,34 @@ def compose_api_command() -> list[str]:
 def compose_api_environment() -> dict[str, str]:
     """The api service's environment in docker-compose.yml (values as strings)."""
     return {name: interpolate(value) for name, value in COMPOSE["services"]["api"]["environment"].items()}
+
+
+def read_variables() -> set[str]:
+    """Names the service's code reads from the environment: the string constants of ``os.environ`` calls and
+    subscripts under service/ (a name held in a variable, as the limits' and ATTENTION_MODELS are, is not found)."""
+    read = set()
+    for source in (ROOT / "service").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("os.environ.") and node.args:
+                key = node.args[0]
+            elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+                key = node.slice
+            else:
+                continue
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                read.add(key.value)
+    return read
+
+
+def kustomize(overlay: str) -> list[dict]:
+    """The objects ``kubectl kustomize deploy/k8s/overlays/<overlay>`` renders (kubectl must be on PATH)."""
+    out = subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy" / "k8s" / "overlays" / overlay)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return [document for document in yaml.safe_load_all(out) if document]
+
+
+def kubectl_available() -> bool:
+    return shutil.which("kubectl") is not None
 
 
 class Gunicorn:

