@@ -48,6 +48,12 @@ def test_the_image_is_slim_and_runs_as_a_non_root_user():
     assert user not in ("root", "0")
 
 
+def test_compose_restricts_the_api_as_the_pod_does():
+    api = COMPOSE["services"]["api"]
+    assert api["read_only"] is True and api["tmpfs"] == ["/tmp:size=64m"]  # the pod's memory-backed /tmp, 64Mi
+    assert api["cap_drop"] == ["ALL"] and api["security_opt"] == ["no-new-privileges:true"]
+
+
 def test_compose_nginx_uses_the_repo_config_and_reaches_the_api_port():
     nginx = COMPOSE["services"]["nginx"]
     assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in nginx["volumes"]
