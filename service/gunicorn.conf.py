@@ -1,6 +1,7 @@
 """gunicorn settings: ``gunicorn -c service/gunicorn.conf.py service.wsgi:app``. The hooks are service.runtime's.
 
-Environment [default]: HOST [127.0.0.1], PORT [8000], WEB_CONCURRENCY [one worker per core], GUNICORN_TIMEOUT [30],
+Environment [default]: HOST [127.0.0.1], PORT [8000], WEB_CONCURRENCY [the cgroup's CPU quota rounded up, at most
+the cores of the affinity; no quota: one per core (service.runtime.cpus)], GUNICORN_TIMEOUT [30],
 GUNICORN_GRACEFUL_TIMEOUT [20], GUNICORN_MAX_REQUESTS [10000], GUNICORN_MAX_REQUESTS_JITTER [1000],
 GUNICORN_ACCESSLOG [off; "-": stdout], GUNICORN_LOGLEVEL [info], GUNICORN_PRELOAD [1],
 GUNICORN_MALLOC_KEEP_MB [64; 0: glibc's defaults], OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1],
@@ -13,12 +14,13 @@ import os
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-from service.runtime import gunicorn_patches, malloc  # noqa: E402
+from service.runtime import cpus, gunicorn_patches, malloc  # noqa: E402
 from service.runtime.metrics_dir import MetricsDirectory  # noqa: E402
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 worker_class = "sync"  # numpy work is CPU-bound: one request per process at a time
-workers = int(os.environ.get("WEB_CONCURRENCY", len(os.sched_getaffinity(0))))
+# In a pod the affinity is the node's cores: 64 workers of ~150 MiB for a 2-CPU limit. The quota says what it gets.
+workers = int(os.environ["WEB_CONCURRENCY"]) if "WEB_CONCURRENCY" in os.environ else cpus.default_workers()
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))  # the limits keep a request far below this
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
 # Recycle workers now and then (leaks), but not so often that restarts show up as latency spikes.

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import requests
@@ -138,13 +138,14 @@ class Gunicorn:
 
     ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
     gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment;
-    ``app`` replaces the WSGI app (module:name, importable from the repository root). A fresh metrics
+    ``app`` replaces the WSGI app (module:name, importable from the repository root); ``preexec_fn`` runs in the
+    child before gunicorn is exec'd (e.g. to join a cgroup, which the workers then inherit). A fresh metrics
     directory unless ``env`` names one. The output goes to a file (a pipe nobody reads fills up after a few
     hundred request lines and then blocks every worker); ``log()`` reads it.
     """
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
-                 app: str = APP) -> None:
+                 app: str = APP, preexec_fn: Callable[[], None] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.logfile = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
@@ -156,7 +157,7 @@ class Gunicorn:
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
         environment.update(env or {})
         self.process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=self.logfile,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
         try:
             wait_until_up(f"{self.url}/healthz", self.process, "gunicorn")
             self._wait_for_workers(int(environment.get("WEB_CONCURRENCY", 1)))  # at least that many

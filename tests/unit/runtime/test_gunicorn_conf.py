@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from prometheus_client.mmap_dict import MmapedDict
 
-from service.runtime import metrics
+from service.runtime import cpus, metrics
 from service.runtime.malloc import TRIM_AFTER_BYTES
 from service.runtime.metrics_dir import metrics_file
 from tests.conftest import ROOT
@@ -34,7 +34,7 @@ def load_conf(monkeypatch, **env: str) -> dict:
 def test_gunicorn_defaults(monkeypatch):
     conf = load_conf(monkeypatch)
     assert conf["worker_class"] == "sync" and conf["bind"] == "127.0.0.1:8000"
-    assert conf["workers"] == len(os.sched_getaffinity(0))
+    assert conf["workers"] == cpus.default_workers()  # the cgroup's CPU quota, else one per core
     assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
     # the README's figures: timeout 30 s, graceful 20 s, recycling after 10000 requests, jitter 1000
     assert (conf["timeout"], conf["graceful_timeout"], conf["max_requests"], conf["max_requests_jitter"]) == (
@@ -51,6 +51,12 @@ def test_gunicorn_settings_follow_the_environment(monkeypatch):
     assert conf["bind"] == "0.0.0.0:9123" and conf["workers"] == 3 and conf["timeout"] == 60
     assert conf["graceful_timeout"] == 7 and conf["max_requests"] == 500 and conf["max_requests_jitter"] == 9
     assert os.environ["OPENBLAS_NUM_THREADS"] == "2"
+
+
+def test_the_worker_count_comes_from_the_cpu_quota_unless_web_concurrency_is_set(monkeypatch):
+    monkeypatch.setattr(cpus, "default_workers", lambda: 5)  # as a 4.5-CPU quota on a larger node
+    assert load_conf(monkeypatch)["workers"] == 5
+    assert load_conf(monkeypatch, WEB_CONCURRENCY="7")["workers"] == 7
 
 
 def test_workers_keep_freed_buffers_unless_told_not_to(monkeypatch):
