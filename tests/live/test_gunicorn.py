@@ -77,14 +77,6 @@ def test_errors_over_real_http(server):
     assert spec.text == (ROOT / "openapi.yaml").read_text()
 
 
-
-
-
-
-
-
-
-
 def test_a_worker_gives_back_what_a_large_answer_took():
     """A ~100 MB answer (encoder traces) left its worker at ~200-270 MB: the freed blocks below live ones stayed.
     After such an answer malloc_trim returns them, all but the kept top: ~130-160 MB. (A single request's
@@ -137,14 +129,6 @@ def test_recycled_workers_leave_their_counts_not_their_files(tmp_path):
     assert counted == 40
     assert len([name for name in files if name.startswith("counter_")]) <= 3, files  # the exited + 2 live workers'
     assert len(files) <= 10, files
-
-
-
-
-
-
-
-
 
 
 def _children(pid: int) -> list[int]:
