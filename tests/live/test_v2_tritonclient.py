@@ -55,14 +55,28 @@ def test_health_and_metadata(triton_client, live_server):
     assert not triton_client.is_model_ready("gpt")
     assert triton_client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
     metadata = triton_client.get_model_metadata(MHA)
-    assert metadata["inputs"] == [{"name": "embeddings", "datatype": "FP64", "shape": [-1, -1, -1]}]
+    assert metadata["inputs"] == [{"name": "embeddings", "datatype": "FP32", "shape": [-1, -1, -1]}]
     assert [(o["name"], o["shape"]) for o in metadata["outputs"]] == [("output", [-1, -1, -1]),
                                                                         ("weights", [-1, -1, -1, -1])]
     sdpa = triton_client.get_model_metadata(SDPA)
     assert [(i["name"], i["datatype"]) for i in sdpa["inputs"]] == [
-        ("query", "FP64"), ("key", "FP64"), ("value", "FP64"), ("mask", "BOOL")]
+        ("query", "FP32"), ("key", "FP32"), ("value", "FP32"), ("mask", "BOOL")]
     with pytest.raises(InferenceServerException, match="Unknown model 'gpt'"):
         triton_client.get_model_metadata("gpt")
+
+
+def test_a_request_built_from_the_metadata_alone_is_answered_in_the_advertised_datatypes(triton_client):
+    """A generic client reads each input's datatype and rank from the metadata, fills -1 dims, and infers."""
+    metadata = triton_client.get_model_metadata(MHA)
+    [spec] = metadata["inputs"]
+    x = np.random.default_rng(3).normal(size=(2, 5, 8)).astype(DATATYPES[spec["datatype"]])
+    assert x.ndim == len(spec["shape"])
+    result = triton_client.infer(MHA, [tensor(spec["name"], x, spec["datatype"], True)],
+                                 parameters={"num_heads": 2})
+    for output in metadata["outputs"]:
+        answered = result.get_output(output["name"])
+        assert answered["datatype"] == output["datatype"] and len(answered["shape"]) == len(output["shape"])
+        assert result.as_numpy(output["name"]).dtype == DATATYPES[output["datatype"]]
 
 
 CASES = list(itertools.product(DATATYPES, (True, False), (True, False), (True, False), (True, False)))
@@ -146,7 +160,7 @@ def test_client_errors_are_protocol_errors_and_the_server_stays_healthy(triton_c
     with pytest.raises(InferenceServerException, match=r"\[400\] input 'key': .*d_k") as error:
         triton_client.infer(SDPA, bad)
     assert error.value.status() == "400"
-    with pytest.raises(InferenceServerException, match=r"input 'value' is missing; expected FP64 or FP32"):
+    with pytest.raises(InferenceServerException, match=r"input 'value' is missing; expected FP32 or FP64"):
         triton_client.infer(SDPA, bad[:2])
     nan = np.full((2, 4), np.nan, np.float32)
     with pytest.raises(InferenceServerException, match=r"input 'query': every value must be finite"):

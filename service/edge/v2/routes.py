@@ -111,9 +111,9 @@ def model_metadata(model: str) -> dict[str, Any]:
     """Model metadata.
 
     Inputs and outputs, each with one datatype and its largest shape (-1: variable). For the attention
-    models, FP32 is accepted wherever FP64 is shown, and every tensor may also come one rank lower, without
-    its batch dim (a mask down to rank 1, broadcast); the model's description and the infer operation give
-    each form. A trained model takes `text` (BYTES [B]) and answers FP32 and BYTES, as shown.
+    models, FP64 is accepted wherever FP32 is shown (and answered in FP64), and every tensor may also come one
+    rank lower, without its batch dim (a mask down to rank 1, broadcast); the model's description and the infer
+    operation give each form. A trained model takes `text` (BYTES [B]) and answers FP32 and BYTES, as shown.
     """
     return get_model(model).metadata()
 
@@ -151,7 +151,7 @@ Content-Type)."""
 @blp.alt_response(200, schema={"type": "string", "format": "binary"}, content_type="application/octet-stream",
                   success=True)
 @blp.alt_response(400, schema=ProtocolError, description="Invalid request, caught before any compute.",
-                  example={"error": "input 'key': datatype INT32 is not supported; expected FP64 or FP32 "
+                  example={"error": "input 'key': datatype INT32 is not supported; expected FP32 or FP64 "
                                     "with shape [n_k, d_k] or [B, n_k, d_k]."})
 @blp.alt_response(404, **MODEL_NOT_FOUND)
 @blp.alt_response(413, schema=ProtocolError, description="The body is larger than max_body_bytes.")

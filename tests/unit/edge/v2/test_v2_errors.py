@@ -78,14 +78,14 @@ JSON_ERRORS = {
     "unknown input member": (SDPA, with_input(0, contents=[1]), "/inputs/0/contents"),
     "unknown input": (SDPA, {"inputs": [*QKV, tensor("bias", [1.0])]}, "Unknown input 'bias'"),
     "repeated input": (SDPA, {"inputs": [*QKV, QKV[0]]}, "input 'query' is given twice"),
-    "missing input": (SDPA, {"inputs": QKV[:2]}, "input 'value' is missing; expected FP64 or FP32 with shape"),
+    "missing input": (SDPA, {"inputs": QKV[:2]}, "input 'value' is missing; expected FP32 or FP64 with shape"),
     "unsupported datatype": (SDPA, with_input(1, datatype="INT32"),
-                             "input 'key': datatype INT32 is not supported; expected FP64 or FP32"),
+                             "input 'key': datatype INT32 is not supported; expected FP32 or FP64"),
     "mixed float datatypes": (SDPA, with_input(1, datatype="FP32"), "share one datatype"),
     "mask not BOOL": (SDPA, {"inputs": [*QKV, tensor("mask", [[1.0, 0.0, 1.0]])]},
                       "input 'mask': datatype FP64 is not supported; expected BOOL"),
     "rank 1 query": (SDPA, {"inputs": [tensor("query", [1.0, 2.0]), *QKV[1:]]},
-                     "input 'query': got shape [2]; expected FP64 or FP32 with shape [n_q, d_k] or [B, n_q, d_k]"),
+                     "input 'query': got shape [2]; expected FP32 or FP64 with shape [n_q, d_k] or [B, n_q, d_k]"),
     "zero dim": (SDPA, with_input(0, shape=[0, 4], data=[]), "input 'query': got shape [0, 4]"),
     "no data": (SDPA, with_input(0, data=None), "input 'query': no data and no binary_data_size"),
     "string leaf": (SDPA, with_input(0, data=[1, 1, 1, "1", 1, 1, 1, 1]), "input 'query': data/3: Expected a number"),
@@ -128,7 +128,7 @@ JSON_ERRORS = {
     "rank 9": (SDPA, with_input(0, shape=[1] * 9, data=[1.0]), "/inputs/0/shape: Longer than maximum length 8"),
     "embeddings rank 4": (MHA, {"inputs": [tensor("embeddings", np.ones((1, 1, 3, 8)))],
                                 "parameters": {"num_heads": 2}},
-                          "input 'embeddings': got shape [1, 1, 3, 8]; expected FP64 or FP32 with shape "
+                          "input 'embeddings': got shape [1, 1, 3, 8]; expected FP32 or FP64 with shape "
                           "[n, d_model] or [B, n, d_model]"),
 }
 

@@ -36,8 +36,8 @@ def test_model_metadata_marks_variable_dims(client):
     body = client.get("/v2/models/scaled_dot_product_attention").get_json()
     assert body["platform"] == "numpy" and "versions" not in body
     assert body["inputs"][3] == {"name": "mask", "datatype": "BOOL", "shape": [-1, -1, -1]}
-    assert body["outputs"] == [{"name": "output", "datatype": "FP64", "shape": [-1, -1, -1]},
-                               {"name": "weights", "datatype": "FP64", "shape": [-1, -1, -1]}]
+    assert body["outputs"] == [{"name": "output", "datatype": "FP32", "shape": [-1, -1, -1]},
+                               {"name": "weights", "datatype": "FP32", "shape": [-1, -1, -1]}]
 
 
 def test_flat_and_nested_data_give_the_same_answer(client):
