@@ -155,6 +155,18 @@ def declared_charset(request: Request) -> str | None:
     return None if charset in UTF8_READABLE else charset[:40]
 
 
+def not_utf8(body: bytes | memoryview) -> str | None:
+    """Where ``body`` stops being UTF-8 ("byte 0xff at offset 10 (line 1, column 11): invalid start byte"), or
+    None when it is UTF-8. Asked only after orjson refused a body: its own message names no byte."""
+    try:
+        bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (exc.object.rfind(b"\n", 0, exc.start) + 1) + 1
+        return f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start} (line {line}, column {column}): {exc.reason}"
+    return None
+
+
 def load_json_body(request: Request) -> Any:
     """Check content type, size and depth of the body, then parse it with orjson.
 
@@ -172,6 +184,8 @@ def load_json_body(request: Request) -> Any:
         if charset := declared_charset(request):
             raise UnsupportedMediaType(f"The body is not valid UTF-8 JSON and declares charset={charset}: "
                                        "send JSON in UTF-8.") from None
+        if where := not_utf8(body):
+            raise MalformedJSON(f"The body is not valid UTF-8 (JSON is UTF-8): {where}.") from None
         raise MalformedJSON(f"The body is not valid JSON: {exc}") from None
 
 

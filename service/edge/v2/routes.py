@@ -26,7 +26,7 @@ from service.edge.smorest import PACKAGE, VERSION, Blueprint
 from service.edge.v2 import errors
 from service.edge.v2.infer import infer
 from service.edge.v2.models import MODELS, Served, find, names
-from service.edge.v2.tensors import load_json, parse_header
+from service.edge.v2.tensors import HEADER_LENGTH, load_json, parse_header
 from service.operations.limits import Limits
 from service.operations.reference import engine_ready
 from service.runtime import metrics
@@ -35,7 +35,6 @@ blp = Blueprint("v2", __name__, url_prefix="/v2",
                 description="Open Inference Protocol (KServe v2 / Triton) with the binary tensor data extension.")
 errors.register(blp)
 
-HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ["binary_tensor_data"]
 EXAMPLE_REQUEST = {  # the seed's demo 1: the query "it" against the toy embeddings
     "id": "demo-1",
@@ -175,7 +174,8 @@ def model_infer(model: str) -> Response:
     current = request._get_current_object()  # the Request itself: each use of the proxy looks it up again
     text, binary = parse_header(read_body(current, limits.max_body_bytes), current.headers.get(HEADER_LENGTH))
     check_depth(text, limits)
-    answer, chunks = infer(selected, load_json(text, lambda: declared_charset(current)), binary, limits)
+    request_json = load_json(text, lambda: declared_charset(current), split=HEADER_LENGTH in current.headers)
+    answer, chunks = infer(selected, request_json, binary, limits)
     header = dumps(answer)
     if not chunks:
         return Response(header, mimetype="application/json")

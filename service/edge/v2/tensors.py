@@ -21,6 +21,7 @@ import orjson
 from marshmallow import ValidationError
 
 from schemas.tensor import BoolTensor, Tensor
+from service.edge.jsonio import not_utf8
 from service.edge.v2.errors import ProtocolError
 from service.operations.limits import Limits
 from service.operations.registry import TensorSpec
@@ -29,6 +30,7 @@ from service.problems import flatten_messages, pointer
 # Protocol datatype <-> little-endian numpy dtype, for the datatypes this service speaks.
 DTYPES = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"), "BOOL": np.dtype("?")}
 DATATYPE_OF = {dtype.newbyteorder("="): name for name, dtype in DTYPES.items()}
+HEADER_LENGTH = "Inference-Header-Content-Length"  # the JSON header's length in a binary request or answer
 LENGTH = struct.Struct("<I")  # a BYTES element's length prefix
 
 
@@ -183,11 +185,16 @@ def parse_header(body: bytes, header_length: str | None) -> tuple[bytes, memoryv
     return body[:split], memoryview(body)[split:]
 
 
-def load_json(text: bytes, charset: Callable[[], str | None] = lambda: None) -> Any:
+def load_json(text: bytes, charset: Callable[[], str | None] = lambda: None, *, split: bool = False) -> Any:
     """orjson parse (no NaN/Infinity), errors as protocol errors. ``charset()``: the charset the request
-    declared when it is not UTF-8 (service.jsonio.declared_charset), asked only on error and named then."""
+    declared when it is not UTF-8 (service.jsonio.declared_charset), asked only on error and named then.
+    ``split``: whether Inference-Header-Content-Length cut ``text`` from a binary part (if not, raw tensor bytes
+    may be what is not UTF-8, and the error says so)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         declared = f" (the request declares charset={name}: send the header in UTF-8)" if (name := charset()) else ""
+        if where := not_utf8(text):
+            unsplit = "" if split else f"; binary tensor data needs {HEADER_LENGTH}, the JSON header's length"
+            raise ProtocolError(f"The JSON inference header is not valid UTF-8: {where}{declared}{unsplit}.") from None
         raise ProtocolError(f"The JSON inference header is not valid JSON: {exc}{declared}.") from None

@@ -36,6 +36,16 @@ def test_a_body_unreadable_as_utf8_names_the_charset_it_declares_415(client, cha
     assert f"charset={charset.lower()}" in assert_problem(response, 415)["detail"]
 
 
+@pytest.mark.parametrize(("body", "where"), [
+    (b'{"tokens": ["caf\xe9"]}', "byte 0xe9 at offset 16 (line 1, column 17): invalid continuation byte"),
+    (b'{\n  "tokens":\n  ["\xff"]}', "byte 0xff at offset 18 (line 3, column 5): invalid start byte"),
+    (b'{"tokens": ["\xed\xa0\x80"]}', "byte 0xed at offset 13 (line 1, column 14): invalid continuation byte"),
+])
+def test_a_body_that_is_not_utf8_and_declares_no_charset_says_where_it_stops_being_utf8(client, body, where):
+    detail = assert_problem(client.post("/v1/embed", data=body, content_type="application/json"), 400)["detail"]
+    assert detail == f"The body is not valid UTF-8 (JSON is UTF-8): {where}."
+
+
 @pytest.mark.parametrize("charset", ["utf-8", "UTF-8", "utf8", "us-ascii", "ISO-8859-1", "utf-16"])
 def test_a_body_readable_as_utf8_is_accepted_whatever_charset_it_declares(client, charset):
     """JSON is UTF-8 (RFC 8259): the parameter has no effect when the body reads, as ASCII does in them all."""

@@ -185,7 +185,8 @@ def test_bad_header_length(client, value):
 
 def test_binary_without_header_length_is_not_json(client):
     body, _ = binary_qkv()
-    assert_error(send(client, SDPA, body, {"Content-Type": "application/octet-stream"}), 400, "not valid JSON")
+    assert_error(send(client, SDPA, body, {"Content-Type": "application/octet-stream"}), 400,
+                 "not valid UTF-8: byte 0x", "binary tensor data needs Inference-Header-Content-Length")
     assert_still_healthy(client)
 
 
@@ -193,6 +194,13 @@ def test_a_header_unreadable_as_utf8_names_the_charset_it_declares(client):
     body = '{"inputs": []}'.encode("utf-16")
     assert_error(send(client, SDPA, body, {"Content-Type": "application/json; charset=utf-16"}), 400,
                  "declares charset=utf-16")
+    assert_still_healthy(client)
+
+
+def test_a_header_that_is_not_utf8_says_where_it_stops_being_utf8(client):
+    body = b'{"id": "caf\xe9!", "inputs": []}'
+    assert_error(send(client, SDPA, body, {"Content-Type": "application/json"}), 400,
+                 "not valid UTF-8: byte 0xe9 at offset 11 (line 1, column 12): invalid continuation byte")
     assert_still_healthy(client)
 
 
