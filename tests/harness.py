@@ -24,8 +24,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -71,6 +73,30 @@ def requests_total(instance, route: str) -> float:
     assert response.status_code == 200, response.text
     return sum(sample.value for family in text_string_to_metric_families(response.text) for sample in family.samples
                if sample.name == "http_requests_total" and sample.labels["route"] == route)
+
+
+def in_flight(instance) -> float:
+    """http_requests_in_flight of one instance (anything with a ``url``); the scrape reading it counts too."""
+    response = requests.get(f"{instance.url}/metrics", timeout=5)
+    return sum(sample.value for family in text_string_to_metric_families(response.text) for sample in family.samples
+               if sample.name == "http_requests_in_flight")
+
+
+def slow_encoder_body(seed: int = 7) -> dict:
+    """A /v1/encoder body within the default limits that computes for ~0.6 s here (6 layers, 128 x 512)."""
+    rng = np.random.default_rng(seed)
+    return {"embeddings": rng.standard_normal((128, 512)).round(4).tolist(), "n_heads": 8, "n_layers": 6,
+            "return_weights": False}
+
+
+def post_in_flight(instance, path: str, body: dict) -> Future[requests.Response]:
+    """POST ``body`` to ``path`` of ``instance`` from a thread; return once the instance counts it in flight (a
+    second worker answers that scrape). The future's result is the response (the request times out after 30 s)."""
+    executor = ThreadPoolExecutor(max_workers=1)
+    answer = executor.submit(requests.post, f"{instance.url}{path}", json=body, timeout=30)
+    executor.shutdown(wait=False)  # the request goes on; the thread ends with it
+    wait_for(lambda: in_flight(instance) >= 2, 10, f"the POST to {path} in flight (plus the scrape)")
+    return answer
 
 
 def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
@@ -156,6 +182,13 @@ class Gunicorn:
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
         environment.update(env or {})
+        self.start(argv, environment, preexec_fn)
+
+    def start(self, argv: list[str], environment: Mapping[str, str],
+              preexec_fn: Callable[[], None] | None = None) -> None:
+        """Run ``argv`` from the repository root, in its own session, until /healthz answers and WEB_CONCURRENCY
+        (default 1) workers exist; stopped, with its log in the error, if not. ``argv`` may be a launcher that
+        execs gunicorn in the end (tests/live/test_pod.py): the pid must be the master's."""
         self.process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=self.logfile,
                                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
         try:

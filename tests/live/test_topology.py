@@ -14,14 +14,15 @@ from collections import Counter
 import numpy as np
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from service.operations.limits import Limits
 from tests.harness import (
     Gunicorn,
     Nginx,
+    post_in_flight,
     render_nginx_conf,
     requests_total,
+    slow_encoder_body,
     wait_for,
 )
 
@@ -58,13 +59,6 @@ def test_nginx_accepts_the_rendered_config(tmp_path):
 
 
 # --- the running topology ------------------------------------------------------------------------------
-
-def in_flight(instance: Gunicorn) -> float:
-    text = requests.get(f"{instance.url}/metrics", timeout=5).text
-    [value] = [s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "http_requests_in_flight"]
-    return value
-
 
 class Load:
     """``clients`` threads posting demo-5 bodies to ``url`` until stopped (bounded: at most ``limit`` each)."""
@@ -130,20 +124,13 @@ def test_killing_an_instance_mid_load_fails_no_request():
 @pytest.mark.needs_nginx
 def test_sigterm_drains_in_flight_requests_and_new_ones_go_to_the_other_replica():
     rng = np.random.default_rng(7)
-    slow = {"embeddings": rng.standard_normal((128, 512)).round(4).tolist(), "n_heads": 8, "n_layers": 6,
-            "return_weights": False}  # ~0.6 s of compute
     with Gunicorn(compose=True) as first, Gunicorn(compose=True) as second, Nginx([f"127.0.0.1:{first.port}",
                                                            f"127.0.0.1:{second.port}"]) as nginx:
-        result: dict = {}
-        thread = threading.Thread(target=lambda: result.update(
-            response=requests.post(f"{first.url}/v1/encoder", json=slow, timeout=30)))
-        thread.start()
-        wait_for(lambda: in_flight(first) >= 2, 10, "the slow request in flight (plus the scrape)")
+        slow = post_in_flight(first, "/v1/encoder", slow_encoder_body())
         first.terminate()
         after = [requests.post(f"{nginx.url}{MHA}", json=demo5_body(rng), timeout=10) for _ in range(20)]
-        thread.join(timeout=30)
-        assert result["response"].status_code == 200
-        assert np.shape(result["response"].json()["output"]) == (128, 512)
+        assert slow.result(timeout=30).status_code == 200
+        assert np.shape(slow.result().json()["output"]) == (128, 512)
         assert [r.status_code for r in after] == [200] * 20
         assert first.process.wait(timeout=25) == 0  # a clean, graceful exit
         # The last requests all went to the other replica (a first one may race the signal and still
