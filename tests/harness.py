@@ -155,6 +155,17 @@ def kustomize(overlay: str) -> list[dict]:
     return [document for document in yaml.safe_load_all(out) if document]
 
 
+def container_environment(container: dict, objects: list[dict]) -> dict[str, str | None]:
+    """A rendered container's variables as the kubelet layers them: each envFrom ConfigMap's data, then the
+    literal env (None for a variable from a Secret: its value is not in the manifests)."""
+    configmaps = {obj["metadata"]["name"]: obj["data"] for obj in objects if obj["kind"] == "ConfigMap"}
+    env: dict[str, str | None] = {}
+    for source in container.get("envFrom", []):
+        env.update(configmaps[source["configMapRef"]["name"]])
+    env.update({variable["name"]: variable.get("value") for variable in container.get("env", [])})
+    return env
+
+
 def kubectl_available() -> bool:
     return shutil.which("kubectl") is not None
 

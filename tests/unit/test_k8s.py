@@ -17,7 +17,7 @@ import yaml
 
 from service.operations import catalogue
 from service.operations.limits import Limits, env_name
-from tests.harness import ROOT, in_ci, kubectl_available, kustomize, read_variables
+from tests.harness import ROOT, container_environment, in_ci, kubectl_available, kustomize, read_variables
 
 OVERLAYS = ("dev", "prod")
 KUBERNETES = ("1.30", kubernetes_validate.latest_version())  # the oldest version the manifests need, the newest
@@ -67,13 +67,9 @@ def settings_file() -> dict[str, str]:
 
 def environment(objects: dict[str, dict]) -> dict[str, str | None]:
     """The container's variables: the generated ConfigMap's (envFrom) then its literal env (None: from a Secret)."""
-    spec = container(objects)
-    [source] = spec["envFrom"]
-    config = objects["ConfigMap"]
-    assert source["configMapRef"]["name"] == config["metadata"]["name"]  # the hashed name, as kustomize rewrote it
-    env: dict[str, str | None] = dict(config["data"])
-    env.update({item["name"]: item.get("value") for item in spec.get("env", [])})
-    return env
+    [source] = container(objects)["envFrom"]
+    assert source["configMapRef"]["name"] == objects["ConfigMap"]["metadata"]["name"]  # hashed, as kustomize renames
+    return container_environment(container(objects), list(objects.values()))
 
 
 def service_variables() -> set[str]:
