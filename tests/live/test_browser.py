@@ -172,6 +172,39 @@ def test_errors_from_the_api_are_shown_not_thrown(browser, live):
     assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
 
 
+def run_toy(driver: Any, tokens: str, heads: int = 4) -> None:
+    """Submit the toy form with ``tokens`` and ``heads`` (other settings as the page opens)."""
+    set_field(driver, "#tokens", tokens)
+    set_field(driver, "#heads", str(heads))
+    driver.find_element("css selector", "#run").click()
+
+
+SHOWN_ERROR = "const e = document.querySelector(arguments[0]); return !e.hidden && e.textContent"
+
+
+def test_an_error_names_the_field_once(browser, live):
+    open_playground(browser, live)
+    run_toy(browser, "the cat", heads=3)
+    shown = wait_for(browser, SHOWN_ERROR, "#error")
+    [error] = requests.post(f"{live}/v1/multi-head-attention", timeout=10,
+                            json={"tokens": ["the", "cat"], "d_model": 8, "n_heads": 3}).json()["errors"]
+    assert error == {"pointer": "/n_heads", "detail": "n_heads: d_model=8 must be divisible by n_heads=3"}
+    assert shown == "/n_heads: d_model=8 must be divisible by n_heads=3"  # the API's detail, its name said once
+
+
+def test_after_a_failing_request_no_earlier_result_is_visible(browser, live):
+    open_playground(browser, live)
+    run_toy(browser, "the cat ate")
+    wait_for(browser, "return document.querySelectorAll('#heatmaps figure').length === 4")
+    run_toy(browser, "the dog")
+    wait_for(browser, SHOWN_ERROR, "#error")
+    assert not browser.find_element("css selector", "#results").is_displayed()
+    left = browser.execute_script("return document.querySelectorAll('#heatmaps svg, #trace table').length")
+    assert left == 0
+    assert "cleared" in browser.find_element("css selector", "#status").text
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
+
+
 def test_playground_fits_a_phone(browser, live):
     browser.set_window_size(390, 844)
     try:
@@ -321,6 +354,18 @@ def test_real_model_errors_are_shown_with_their_pointer(browser, live):
     error = wait_for(browser, "const e = document.querySelector('#model-error'); return !e.hidden && e.textContent")
     assert "/text" in error
     assert not browser.find_element("css selector", "#model-results").is_displayed()
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
+
+
+def test_real_model_after_a_failing_request_no_earlier_head_is_visible(browser, live):
+    open_real_mode(browser, live)
+    run_model(browser, "The dog ate.")
+    set_field(browser, "#text", "   ")
+    browser.find_element("css selector", "#run-model").click()
+    assert "/text" in wait_for(browser, SHOWN_ERROR, "#model-error")
+    assert not browser.find_element("css selector", "#model-results").is_displayed()
+    left = browser.execute_script("return document.querySelectorAll('#model-heatmap svg, #model-view canvas').length")
+    assert left == 0
     assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
 
 

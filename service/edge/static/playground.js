@@ -25,13 +25,21 @@ function formatNumber(value, fixed = false) {
   return Number.isInteger(value) && !fixed ? String(value) : value.toFixed(3);
 }
 
+// One line of a problem's errors: its pointer, then its detail. The engine's details start with the argument's
+// name ("n_heads: d_model=8 must be ..."), which the pointer (/n_heads) already says: it is dropped here.
+function problemLine({pointer, parameter, detail}) {
+  const where = pointer || parameter;
+  const field = where.split("/").filter((part) => part && !/^\d+$/.test(part)).pop();
+  return `${where}: ${field && detail.startsWith(`${field}: `) ? detail.slice(field.length + 2) : detail}`;
+}
+
 // fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.
 async function api(path, options = {}) {
   const response = await fetch(path, options);
   const type = response.headers.get("Content-Type") || "";
   if (!response.ok) {
     const problem = type.includes("json") ? await response.json() : {detail: await response.text()};
-    const where = (problem.errors || []).map((e) => `${e.pointer || e.parameter}: ${e.detail}`);
+    const where = (problem.errors || []).map(problemLine);
     throw new Error(where.length ? where.join("\n") : problem.detail || response.statusText);
   }
   return type.includes("svg") ? response.text() : response.json();
@@ -122,9 +130,13 @@ async function run(event) {
     $("#results").hidden = false;
     $("#status").textContent = `Done: ${heads.length} heads over ${labels.length} tokens.`;
   } catch (failure) {
+    // Results left on screen would read as the answer to the request that just failed.
+    $("#results").hidden = true;
+    $("#heatmaps").replaceChildren();
+    $("#trace").replaceChildren();
     error.textContent = failure.message;
     error.hidden = false;
-    $("#status").textContent = "The API refused the request.";
+    $("#status").textContent = "Nothing computed (see below); the earlier results are cleared.";
   } finally {
     $("#run").disabled = false;
   }
@@ -220,10 +232,10 @@ function thumbnail(weights) {
   return canvas;
 }
 
-function showModelError(failure) {
+function showModelError(failure, status = "The API refused the request.") {
   $("#model-error").textContent = failure.message;
   $("#model-error").hidden = false;
-  $("#model-status").textContent = "The API refused the request.";
+  $("#model-status").textContent = status;
 }
 
 // Options 0..; the previous choice is kept when the new answer still has it.
@@ -308,7 +320,11 @@ async function runModel(event) {
     $("#model-status").textContent = `Done: ${answer.layers.length} layers × ${answer.layers[0].heads.length} ` +
       `heads over ${answer.tokens.length} word pieces.`;
   } catch (failure) {
-    showModelError(failure);
+    // As in the toy mode: the previous sentence's heads must not pass for this one's.
+    $("#model-results").hidden = true;
+    $("#model-heatmap").replaceChildren();
+    $("#model-view").replaceChildren();
+    showModelError(failure, "Nothing computed (see below); the earlier results are cleared.");
   } finally {
     $("#run-model").disabled = false;
   }
