@@ -163,6 +163,65 @@ def test_keyboard_adds_words_and_opens_a_demo_with_its_heatmap(browser, live):
     assert console_errors(browser) == []
 
 
+TABLE = """const table = document.querySelector(arguments[0]);
+    return table && {corner: table.querySelector('thead th').textContent,
+                     cols: [...table.querySelectorAll('thead th')].slice(1).map(th => th.textContent),
+                     rows: [...table.querySelectorAll('tbody th')].map(th => th.textContent),
+                     cells: [...table.querySelectorAll('tbody tr')].map(tr =>
+                         [...tr.querySelectorAll('td')].map(td => td.textContent)),
+                     strong: [...table.querySelectorAll('tbody tr')].map(tr =>
+                         [...tr.querySelectorAll('td')].map(td => td.querySelector('strong') !== null))};"""
+
+
+def open_demo(driver: Any, url: str, name: str) -> dict[str, Any]:
+    """Open demo ``name`` on the page (it draws its tables); its result as the API gives it."""
+    driver.find_element("css selector", f"#demo-{name} summary").click()
+    wait_for(driver, "return document.querySelector(arguments[0])", f"#demo-{name} table")
+    return requests.get(f"{url}/v1/demos/{name}", timeout=10).json()["result"]
+
+
+def test_demo_tables_are_labelled_with_tokens_and_name_their_axes(browser, live):
+    open_playground(browser, live)
+    mask = open_demo(browser, live, "causal-mask")
+    shown = browser.execute_script(TABLE, "#demo-causal-mask dd[data-key=mask] table")
+    assert (shown["corner"], shown["rows"], shown["cols"]) == ("query ↓ key →", mask["tokens"], mask["tokens"])
+    assert shown["cells"] == [[str(allowed).lower() for allowed in row] for row in mask["mask"]]
+    lookup = open_demo(browser, live, "lookup")
+    scores, output = (browser.execute_script(TABLE, f"#demo-lookup dd[data-key={key}] table")
+                      for key in ("scores", "output"))
+    assert (scores["corner"], scores["rows"], scores["cols"]) == ("query ↓ key →", ["it"], lookup["tokens"])
+    assert (output["rows"], output["cols"]) == (["it"], lookup["dimensions"])
+    assert output["cells"] == [[f"{value:.3f}" for value in lookup["output"]]]
+    assert console_errors(browser) == []
+
+
+def test_scaling_demo_prints_d_k_as_an_integer(browser, live):
+    open_playground(browser, live)
+    rows = open_demo(browser, live, "scaling")["rows"]
+    shown = browser.execute_script(TABLE, "#demo-scaling table")
+    assert shown["corner"] == "d_k" and shown["rows"] == ["4", "64", "512"]
+    assert shown["cols"] == ["raw_std", "raw_max_weight", "scaled_std", "scaled_max_weight"]
+    assert shown["cells"][2] == [f"{rows[2][key]:.3f}" for key in shown["cols"]]  # 25.118, 1.000, 1.110, 0.525
+
+
+def test_strongest_links_name_their_axes_and_call_near_ties_ties(browser, live):
+    open_playground(browser, live)
+    demo = open_demo(browser, live, "multi-head")
+    shown = browser.execute_script(TABLE, "#demo-multi-head dd[data-key=strongest_links] table")
+    assert shown["corner"] == "query ↓ head →"
+    assert (shown["rows"], shown["cols"]) == (demo["tokens"], ["head 0", "head 1", "head 2", "head 3"])
+    weights = np.asarray(demo["weights"])                                  # (h, n, n)
+    ranked = np.sort(weights, axis=-1)[..., ::-1]
+    clear = (ranked[..., 0] - ranked[..., 1] >= 0.05) & (ranked[..., 1] > 0)  # (h, n): a lead, over a second key
+    assert np.transpose(shown["strong"]).tolist() == clear.tolist()       # shown (n, h), computed (h, n)
+    for h, i in zip(*np.nonzero(clear), strict=True):
+        assert shown["cells"][i][h] == f"{demo['strongest_links'][h][i]} {ranked[h, i, 0]:.3f}"
+    assert clear.sum() == 7  # of 20 cells: 4 see one key only, 9 are ties or even
+    assert shown["cells"][2][0] == "even: all 3 within 0.05"  # 'ate' in head 0: 0.335, 0.334, 0.331
+    assert shown["cells"][4][2] == "tie: it 0.378 ≈ food 0.366"
+    assert shown["cells"][0] == ["the (its only key)"] * 4  # the causal first row
+
+
 def test_errors_from_the_api_are_shown_not_thrown(browser, live):
     open_playground(browser, live)
     set_field(browser, "#tokens", "the dog")

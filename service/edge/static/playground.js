@@ -60,16 +60,20 @@ function svgNode(text, prefix) {
   return svg;
 }
 
-// A matrix as a table; row/column headers are the tokens (or positions).
-function matrixTable(matrix, rowLabels, colLabels, caption) {
-  const head = element("tr", {}, element("th", {scope: "col"}, ""),
-    ...colLabels.map((label) => element("th", {scope: "col"}, label)));
-  const rows = matrix.map((row, i) => element("tr", {}, element("th", {scope: "row"}, rowLabels[i]),
-    ...row.map((value) => element("td", {class: value === null ? "masked" : ""}, formatNumber(value, true)))));
+// A matrix as a table: rows and columns labelled (tokens, positions, ...), the corner cell naming both axes
+// ("query ↓ key →"). ``format(value, j)`` writes the value of column j; a Node cell is put in as it is.
+function matrixTable(matrix, {rows, cols, corner, caption, format = (value) => formatNumber(value, true)}) {
+  const head = element("tr", {}, element("th", {scope: "col", class: "axes"}, corner),
+    ...cols.map((label) => element("th", {scope: "col"}, label)));
+  const body = matrix.map((row, i) => element("tr", {}, element("th", {scope: "row"}, rows[i]),
+    ...row.map((value, j) => value instanceof Node ? element("td", {class: "text"}, value) :
+      element("td", {class: value === null || value === false ? "masked" : ""}, format(value, j)))));
   const table = element("table", {}, element("caption", {}, caption), element("thead", {}, head),
-    element("tbody", {}, ...rows));
+    element("tbody", {}, ...body));
   return element("div", {class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption}, table);
 }
+
+const positions = (count) => Array.from({length: count}, (_, i) => String(i));
 
 function readRequest() {
   const body = {
@@ -98,13 +102,15 @@ function showTrace(answer, labels, head) {
   trace.replaceChildren();
   for (const [key, title, explanation] of STEPS) {
     trace.append(element("li", {}, element("h3", {}, title), element("p", {class: "help"}, explanation),
-      matrixTable(answer.trace[key][head], labels, labels, `${title}, head ${head}`)));
+      matrixTable(answer.trace[key][head], {rows: labels, cols: labels, corner: "query ↓ key →",
+        caption: `${title}, head ${head}`})));
   }
   const width = answer.output[0].length;
   trace.append(element("li", {}, element("h3", {}, "Output"),
     element("p", {class: "help"}, "Each head's weights average its value vectors; the heads are concatenated " +
       "and mixed by W_o into one vector per token, as wide as the input (d_model)."),
-    matrixTable(answer.output, labels, Array.from({length: width}, (_, j) => `d${j}`), "Output, all heads")));
+    matrixTable(answer.output, {rows: labels, cols: positions(width), corner: "token ↓ dimension →",
+      caption: "Output, all heads"})));
 }
 
 async function run(event) {
@@ -142,18 +148,65 @@ async function run(event) {
   }
 }
 
-// A demo's result, generically: matrices as tables, lists of records as tables, the rest as a list.
-function describe(value, name) {
-  const isMatrix = Array.isArray(value) && value.length &&
-    value.every((row) => Array.isArray(row) && row.every((cell) => !Array.isArray(cell)));
-  if (isMatrix) {
-    return matrixTable(value, value.map((_, i) => String(i)), value[0].map((_, j) => String(j)), name);
+// Each demo's arrays, laid out: their row labels, column labels and the axes the corner names. A vector is one row.
+const QUERY_BY_KEY = (result) => [[result.query_token], result.tokens, "query ↓ key →"];
+const DEMO_AXES = {
+  lookup: {scores: QUERY_BY_KEY, scaled_scores: QUERY_BY_KEY,
+    output: (result) => [[result.query_token], result.dimensions, "query ↓ dimension →"]},
+  "positional-encoding": {
+    sentences: (result) => [result.sentences.map((_, i) => `sentence ${i + 1}`),
+      positions(result.sentences[0].length), "sentence ↓ position →"],
+    positional_encoding: (result) => [positions(result.positional_encoding.length),
+      positions(result.positional_encoding[0].length), "position ↓ dimension →"]},
+  "causal-mask": {mask: (result) => [result.tokens, result.tokens, "query ↓ key →"]},
+  "multi-head": {output: (result) => [result.tokens, positions(result.d_model), "token ↓ dimension →"]},
+};
+
+// A weight this close to its row's largest is not told apart from it: with 0.335 against 0.331 no key "wins".
+const TIE = 0.05;
+
+// The key that one query row weighs most, or the keys that tie for it, as a table cell.
+function strongestLink(weights, tokens) {
+  const seen = weights.map((weight, k) => [weight, tokens[k]]).filter(([weight]) => weight > 0)
+    .sort(([a], [b]) => b - a);
+  if (seen.length === 1) return element("span", {class: "tie"}, `${seen[0][1]} (its only key)`);
+  const close = seen.filter(([weight]) => seen[0][0] - weight < TIE);
+  if (close.length === seen.length) return element("span", {class: "tie"}, `even: all ${seen.length} within ${TIE}`);
+  const named = close.map(([weight, token]) => `${token} ${weight.toFixed(3)}`);
+  if (close.length === 1) return element("strong", {}, named[0]);
+  return element("span", {class: "tie"}, `tie: ${named.join(" ≈ ")}`);
+}
+
+// The multi-head demo's strongest links, from its weights: the key each query weighs most, per head.
+function strongestLinks(result) {
+  const rows = result.tokens.map((_, i) => result.weights.map((head) => strongestLink(head[i], result.tokens)));
+  return element("div", {}, element("p", {class: "help"}, `Rows are the querying tokens, columns the heads; a ` +
+    `cell names the key the query weighs most, and only when it leads the next by ${TIE} or more: closer ` +
+    "weights are a tie, not a finding (and these weights are random)."),
+  matrixTable(rows, {rows: result.tokens, cols: result.weights.map((_, h) => `head ${h}`),
+    corner: "query ↓ head →", caption: "strongest links"}));
+}
+
+// A list of records (the scaling demo's rows) as a table: one row a record, headed by its first field; a field
+// whose values are all integers prints them whole (d_k 512, not 512.000).
+function recordTable(records, caption) {
+  const [first, ...keys] = Object.keys(records[0]);
+  const whole = keys.map((key) => records.every((record) => Number.isInteger(record[key])));
+  return matrixTable(records.map((record) => keys.map((key) => record[key])), {
+    rows: records.map((record) => formatNumber(record[first])), cols: keys, corner: first, caption,
+    format: (value, j) => formatNumber(value, !whole[j])});
+}
+
+// A demo's member: a labelled table where its axes are known, else a record table, a line of text or a value.
+function describe(result, demo, key) {
+  const value = result[key];
+  if (demo === "multi-head" && key === "strongest_links") return strongestLinks(result);
+  const axes = DEMO_AXES[demo]?.[key];
+  if (axes) {
+    const [rows, cols, corner] = axes(result);
+    return matrixTable(Array.isArray(value[0]) ? value : [value], {rows, cols, corner, caption: key});
   }
-  if (Array.isArray(value) && value.length && typeof value[0] === "object") {
-    const keys = Object.keys(value[0]);
-    return matrixTable(value.map((record) => keys.map((key) => record[key])), value.map((_, i) => String(i)), keys,
-      name);
-  }
+  if (Array.isArray(value) && value.length && typeof value[0] === "object") return recordTable(value, key);
   if (Array.isArray(value) && value.some(Array.isArray)) return element("code", {}, JSON.stringify(value));
   if (Array.isArray(value)) return element("span", {}, value.map((item) => formatNumber(item)).join(", "));
   return element("span", {}, formatNumber(value));
@@ -171,9 +224,10 @@ async function openDemo(details, name) {
       body.append(element("figure", {class: "heatmap"}, svgNode(svg, `demo-${name}`)));
     }
     const list = element("dl", {class: "demo-result"});
-    for (const [key, value] of Object.entries(demo.result)) {
+    for (const key of Object.keys(demo.result)) {
       if (drawn && key === "weights") continue;  // hover the heatmap's cells for the exact values
-      list.append(element("dt", {}, key.replaceAll("_", " ")), element("dd", {}, describe(value, key)));
+      list.append(element("dt", {}, key.replaceAll("_", " ")), element("dd", {"data-key": key},
+        describe(demo.result, name, key)));
     }
     body.append(list);
   } catch (failure) {
