@@ -139,9 +139,84 @@ def test_demo_5_settings_show_four_heatmaps_with_the_api_numbers(browser, live):
     untraced = requests.post(f"{live}/v1/multi-head-attention", json=DEMO_5, timeout=10).json()["weights"]
     np.testing.assert_allclose(np.reshape(values, (4, 5, 5)), untraced, rtol=1e-13, atol=1e-16)
     steps = browser.execute_script("return [...document.querySelectorAll('#trace > li h3')].map(h => h.textContent)")
-    assert steps == ["Raw scores Q·Kᵀ", "Scaled", "Masked", "Softmax weights", "Output"]
+    assert steps == ["Input: embeddings + positional encoding", "Q, K and V of head 0", "Raw scores Q·Kᵀ", "Scaled",
+                     "Masked", "Softmax weights", "weights·V: head 0's output", "Concatenate the heads, mix with W_o"]
     masked = browser.execute_script("return document.querySelectorAll('#trace td.masked').length")
     assert masked == 10  # the upper triangle of a 5 x 5 causal mask, in the "Masked" step
+    assert console_errors(browser) == []
+
+
+WORKED = """return Object.fromEntries([...document.querySelectorAll('#trace li')].map(li => [li.dataset.step, {
+    text: li.querySelector('.worked').textContent,
+    values: [...li.querySelectorAll('.worked .value')].map(v => Number(v.dataset.value))}]));"""
+CHOSEN = """return Object.fromEntries([...document.querySelectorAll('#trace table[data-name]')].map(t => [
+    t.dataset.name,
+    [...t.querySelectorAll('td.chosen')].map(td => [Number(td.dataset.row), Number(td.dataset.col)])]));"""
+
+
+def factor(value: float) -> str:
+    """A factor of a product as the page writes it: 3 decimals, in parentheses when negative."""
+    return f"({value:.3f})" if value < 0 else f"{value:.3f}"
+
+
+def run_demo_5(driver: Any, url: str) -> dict[str, Any]:
+    """The page run with the demo 5 settings it opens with; the API's traced answer to the same request."""
+    open_playground(driver, url)
+    driver.find_element("css selector", "#run").click()
+    wait_for(driver, "return document.querySelectorAll('#trace li').length === 8")
+    return requests.post(f"{url}/v1/multi-head-attention", json={**DEMO_5, "trace": True}, timeout=10).json()
+
+
+def test_clicking_a_cell_shows_the_dot_product_behind_its_weight(browser, live):
+    trace = run_demo_5(browser, live)["trace"]
+    q, k, v, weights = (np.asarray(trace[name]) for name in ("q", "k", "v", "weights"))  # (h, n, d_k), (h, n, n)
+    choose(browser, "#trace-head", 2)
+    browser.find_element("css selector", "#trace table[data-name=weights] td[data-row='3'][data-col='1']").click()
+    shown = browser.execute_script(WORKED)
+    logit = q[2, 3] @ k[2, 1] / np.sqrt(2)                                 # food → cat in head 2, d_k = 8 / 4
+    terms = " + ".join(f"{factor(a)} × {factor(b)}" for a, b in zip(q[2, 3], k[2, 1], strict=True))
+    assert shown["scores"]["text"] == f"score[food → cat] = q[food] · k[cat] = {terms} = {q[2, 3] @ k[2, 1]:.3f}"
+    [scaled] = shown["scaled_scores"]["values"]
+    assert scaled == pytest.approx(logit, rel=1e-12) and shown["scaled_scores"]["text"].endswith(f" = {logit:.3f}")
+    assert logit == pytest.approx(trace["scaled_scores"][2][3][1], rel=1e-12)  # the weight's logit
+    [weight] = shown["weights"]["values"]
+    assert weight == pytest.approx(weights[2, 3, 1], rel=1e-12)            # softmax over food's 4 visible keys
+    browser.find_element("css selector", "#trace table[data-name=head-output] td[data-row='3'][data-col='1']").click()
+    shown = browser.execute_script(WORKED)
+    out = weights[2] @ v[2]                                                # (n, d_k)
+    assert shown["head-output"]["values"] == pytest.approx([out[3, 1]], rel=1e-12)
+    assert shown["concat"]["values"] == pytest.approx([out[3, 1]], rel=1e-12)
+    assert shown["concat"]["text"].startswith("concat[food, 2·1] = out[food, 1] of head 2")  # its column 5 of 8
+    chosen = browser.execute_script(CHOSEN)
+    assert chosen["weights"] == chosen["scores"] == [[3, 1]]
+    assert chosen["q"] == [[3, 0], [3, 1]] and chosen["k"] == [[1, 0], [1, 1]]
+    assert chosen["v"] == [[row, 1] for row in range(5)] and chosen["concat"] == [[3, 5]]
+    assert console_errors(browser) == []
+
+
+def test_the_step_by_step_shows_the_input_and_the_head_s_q_k_v(browser, live):
+    trace = run_demo_5(browser, live)["trace"]
+    tables = {name: browser.execute_script(TABLE, f"#trace table[data-name={name}]") for name in ("x", "q", "k", "v")}
+    x = requests.post(f"{live}/v1/embed", timeout=10, json={"tokens": DEMO_5["tokens"], "d_model": 8,
+                                                            "positional_encoding": True}).json()["embeddings"]
+    assert tables["x"]["cells"] == [[f"{value:.3f}" for value in row] for row in x]
+    for name in ("q", "k", "v"):
+        assert tables[name]["rows"] == DEMO_5["tokens"] and tables[name]["cols"] == ["0", "1"]
+        assert tables[name]["cells"] == [[f"{value:.3f}" for value in row] for row in trace[name][0]]
+    [x_cat] = browser.execute_script(WORKED)["input"]["values"]            # x[cat, 0] = e[cat, 0] + pe[1, 0]
+    assert x_cat == x[1][0]                                                # exact: the same float64 sum
+
+
+def test_a_heatmap_cell_chooses_its_head_and_a_masked_cell_weighs_nothing(browser, live):
+    trace = run_demo_5(browser, live)["trace"]
+    browser.find_element("css selector", "#heatmaps [data-head='1'] rect.cell[data-row='1'][data-col='3']").click()
+    assert [browser.find_element("css selector", f"#trace-{name}").get_attribute("value")
+            for name in ("head", "query", "key")] == ["1", "1", "3"]
+    shown = browser.execute_script(WORKED)
+    q, k = np.asarray(trace["q"][1]), np.asarray(trace["k"][1])
+    assert shown["scores"]["values"] == pytest.approx([q[1] @ k[3]], rel=1e-12)  # a raw score exists
+    assert shown["masked_scores"]["text"] == "masked: cat may not see food, so the score becomes −∞."
+    assert shown["weights"]["values"] == [0]
     assert console_errors(browser) == []
 
 
