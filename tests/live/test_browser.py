@@ -139,9 +139,84 @@ def test_demo_5_settings_show_four_heatmaps_with_the_api_numbers(browser, live):
     untraced = requests.post(f"{live}/v1/multi-head-attention", json=DEMO_5, timeout=10).json()["weights"]
     np.testing.assert_allclose(np.reshape(values, (4, 5, 5)), untraced, rtol=1e-13, atol=1e-16)
     steps = browser.execute_script("return [...document.querySelectorAll('#trace > li h3')].map(h => h.textContent)")
-    assert steps == ["Raw scores Q·Kᵀ", "Scaled", "Masked", "Softmax weights", "Output"]
+    assert steps == ["Input: embeddings + positional encoding", "Q, K and V of head 0", "Raw scores Q·Kᵀ", "Scaled",
+                     "Masked", "Softmax weights", "weights·V: head 0's output", "Concatenate the heads, mix with W_o"]
     masked = browser.execute_script("return document.querySelectorAll('#trace td.masked').length")
     assert masked == 10  # the upper triangle of a 5 x 5 causal mask, in the "Masked" step
+    assert console_errors(browser) == []
+
+
+WORKED = """return Object.fromEntries([...document.querySelectorAll('#trace li')].map(li => [li.dataset.step, {
+    text: li.querySelector('.worked').textContent,
+    values: [...li.querySelectorAll('.worked .value')].map(v => Number(v.dataset.value))}]));"""
+CHOSEN = """return Object.fromEntries([...document.querySelectorAll('#trace table[data-name]')].map(t => [
+    t.dataset.name,
+    [...t.querySelectorAll('td.chosen')].map(td => [Number(td.dataset.row), Number(td.dataset.col)])]));"""
+
+
+def factor(value: float) -> str:
+    """A factor of a product as the page writes it: 3 decimals, in parentheses when negative."""
+    return f"({value:.3f})" if value < 0 else f"{value:.3f}"
+
+
+def run_demo_5(driver: Any, url: str) -> dict[str, Any]:
+    """The page run with the demo 5 settings it opens with; the API's traced answer to the same request."""
+    open_playground(driver, url)
+    driver.find_element("css selector", "#run").click()
+    wait_for(driver, "return document.querySelectorAll('#trace li').length === 8")
+    return requests.post(f"{url}/v1/multi-head-attention", json={**DEMO_5, "trace": True}, timeout=10).json()
+
+
+def test_clicking_a_cell_shows_the_dot_product_behind_its_weight(browser, live):
+    trace = run_demo_5(browser, live)["trace"]
+    q, k, v, weights = (np.asarray(trace[name]) for name in ("q", "k", "v", "weights"))  # (h, n, d_k), (h, n, n)
+    choose(browser, "#trace-head", 2)
+    browser.find_element("css selector", "#trace table[data-name=weights] td[data-row='3'][data-col='1']").click()
+    shown = browser.execute_script(WORKED)
+    logit = q[2, 3] @ k[2, 1] / np.sqrt(2)                                 # food → cat in head 2, d_k = 8 / 4
+    terms = " + ".join(f"{factor(a)} × {factor(b)}" for a, b in zip(q[2, 3], k[2, 1], strict=True))
+    assert shown["scores"]["text"] == f"score[food → cat] = q[food] · k[cat] = {terms} = {q[2, 3] @ k[2, 1]:.3f}"
+    [scaled] = shown["scaled_scores"]["values"]
+    assert scaled == pytest.approx(logit, rel=1e-12) and shown["scaled_scores"]["text"].endswith(f" = {logit:.3f}")
+    assert logit == pytest.approx(trace["scaled_scores"][2][3][1], rel=1e-12)  # the weight's logit
+    [weight] = shown["weights"]["values"]
+    assert weight == pytest.approx(weights[2, 3, 1], rel=1e-12)            # softmax over food's 4 visible keys
+    browser.find_element("css selector", "#trace table[data-name=head-output] td[data-row='3'][data-col='1']").click()
+    shown = browser.execute_script(WORKED)
+    out = weights[2] @ v[2]                                                # (n, d_k)
+    assert shown["head-output"]["values"] == pytest.approx([out[3, 1]], rel=1e-12)
+    assert shown["concat"]["values"] == pytest.approx([out[3, 1]], rel=1e-12)
+    assert shown["concat"]["text"].startswith("concat[food, 2·1] = out[food, 1] of head 2")  # its column 5 of 8
+    chosen = browser.execute_script(CHOSEN)
+    assert chosen["weights"] == chosen["scores"] == [[3, 1]]
+    assert chosen["q"] == [[3, 0], [3, 1]] and chosen["k"] == [[1, 0], [1, 1]]
+    assert chosen["v"] == [[row, 1] for row in range(5)] and chosen["concat"] == [[3, 5]]
+    assert console_errors(browser) == []
+
+
+def test_the_step_by_step_shows_the_input_and_the_head_s_q_k_v(browser, live):
+    trace = run_demo_5(browser, live)["trace"]
+    tables = {name: browser.execute_script(TABLE, f"#trace table[data-name={name}]") for name in ("x", "q", "k", "v")}
+    x = requests.post(f"{live}/v1/embed", timeout=10, json={"tokens": DEMO_5["tokens"], "d_model": 8,
+                                                            "positional_encoding": True}).json()["embeddings"]
+    assert tables["x"]["cells"] == [[f"{value:.3f}" for value in row] for row in x]
+    for name in ("q", "k", "v"):
+        assert tables[name]["rows"] == DEMO_5["tokens"] and tables[name]["cols"] == ["0", "1"]
+        assert tables[name]["cells"] == [[f"{value:.3f}" for value in row] for row in trace[name][0]]
+    [x_cat] = browser.execute_script(WORKED)["input"]["values"]            # x[cat, 0] = e[cat, 0] + pe[1, 0]
+    assert x_cat == x[1][0]                                                # exact: the same float64 sum
+
+
+def test_a_heatmap_cell_chooses_its_head_and_a_masked_cell_weighs_nothing(browser, live):
+    trace = run_demo_5(browser, live)["trace"]
+    browser.find_element("css selector", "#heatmaps [data-head='1'] rect.cell[data-row='1'][data-col='3']").click()
+    assert [browser.find_element("css selector", f"#trace-{name}").get_attribute("value")
+            for name in ("head", "query", "key")] == ["1", "1", "3"]
+    shown = browser.execute_script(WORKED)
+    q, k = np.asarray(trace["q"][1]), np.asarray(trace["k"][1])
+    assert shown["scores"]["values"] == pytest.approx([q[1] @ k[3]], rel=1e-12)  # a raw score exists
+    assert shown["masked_scores"]["text"] == "masked: cat may not see food, so the score becomes −∞."
+    assert shown["weights"]["values"] == [0]
     assert console_errors(browser) == []
 
 
@@ -163,12 +238,104 @@ def test_keyboard_adds_words_and_opens_a_demo_with_its_heatmap(browser, live):
     assert console_errors(browser) == []
 
 
+TABLE = """const table = document.querySelector(arguments[0]);
+    return table && {corner: table.querySelector('thead th').textContent,
+                     cols: [...table.querySelectorAll('thead th')].slice(1).map(th => th.textContent),
+                     rows: [...table.querySelectorAll('tbody th')].map(th => th.textContent),
+                     cells: [...table.querySelectorAll('tbody tr')].map(tr =>
+                         [...tr.querySelectorAll('td')].map(td => td.textContent)),
+                     strong: [...table.querySelectorAll('tbody tr')].map(tr =>
+                         [...tr.querySelectorAll('td')].map(td => td.querySelector('strong') !== null))};"""
+
+
+def open_demo(driver: Any, url: str, name: str) -> dict[str, Any]:
+    """Open demo ``name`` on the page (it draws its tables); its result as the API gives it."""
+    driver.find_element("css selector", f"#demo-{name} summary").click()
+    wait_for(driver, "return document.querySelector(arguments[0])", f"#demo-{name} table")
+    return requests.get(f"{url}/v1/demos/{name}", timeout=10).json()["result"]
+
+
+def test_demo_tables_are_labelled_with_tokens_and_name_their_axes(browser, live):
+    open_playground(browser, live)
+    mask = open_demo(browser, live, "causal-mask")
+    shown = browser.execute_script(TABLE, "#demo-causal-mask dd[data-key=mask] table")
+    assert (shown["corner"], shown["rows"], shown["cols"]) == ("query ↓ key →", mask["tokens"], mask["tokens"])
+    assert shown["cells"] == [[str(allowed).lower() for allowed in row] for row in mask["mask"]]
+    lookup = open_demo(browser, live, "lookup")
+    scores, output = (browser.execute_script(TABLE, f"#demo-lookup dd[data-key={key}] table")
+                      for key in ("scores", "output"))
+    assert (scores["corner"], scores["rows"], scores["cols"]) == ("query ↓ key →", ["it"], lookup["tokens"])
+    assert (output["rows"], output["cols"]) == (["it"], lookup["dimensions"])
+    assert output["cells"] == [[f"{value:.3f}" for value in lookup["output"]]]
+    assert console_errors(browser) == []
+
+
+def test_scaling_demo_prints_d_k_as_an_integer(browser, live):
+    open_playground(browser, live)
+    rows = open_demo(browser, live, "scaling")["rows"]
+    shown = browser.execute_script(TABLE, "#demo-scaling table")
+    assert shown["corner"] == "d_k" and shown["rows"] == ["4", "64", "512"]
+    assert shown["cols"] == ["raw_std", "raw_max_weight", "scaled_std", "scaled_max_weight"]
+    assert shown["cells"][2] == [f"{rows[2][key]:.3f}" for key in shown["cols"]]  # 25.118, 1.000, 1.110, 0.525
+
+
+def test_strongest_links_name_their_axes_and_call_near_ties_ties(browser, live):
+    open_playground(browser, live)
+    demo = open_demo(browser, live, "multi-head")
+    shown = browser.execute_script(TABLE, "#demo-multi-head dd[data-key=strongest_links] table")
+    assert shown["corner"] == "query ↓ head →"
+    assert (shown["rows"], shown["cols"]) == (demo["tokens"], ["head 0", "head 1", "head 2", "head 3"])
+    weights = np.asarray(demo["weights"])                                  # (h, n, n)
+    ranked = np.sort(weights, axis=-1)[..., ::-1]
+    clear = (ranked[..., 0] - ranked[..., 1] >= 0.05) & (ranked[..., 1] > 0)  # (h, n): a lead, over a second key
+    assert np.transpose(shown["strong"]).tolist() == clear.tolist()       # shown (n, h), computed (h, n)
+    for h, i in zip(*np.nonzero(clear), strict=True):
+        assert shown["cells"][i][h] == f"{demo['strongest_links'][h][i]} {ranked[h, i, 0]:.3f}"
+    assert clear.sum() == 7  # of 20 cells: 4 see one key only, 9 are ties or even
+    assert shown["cells"][2][0] == "even: all 3 within 0.05"  # 'ate' in head 0: 0.335, 0.334, 0.331
+    assert shown["cells"][4][2] == "tie: it 0.378 ≈ food 0.366"
+    assert shown["cells"][0] == ["the (its only key)"] * 4  # the causal first row
+
+
 def test_errors_from_the_api_are_shown_not_thrown(browser, live):
     open_playground(browser, live)
     set_field(browser, "#tokens", "the dog")
     browser.find_element("css selector", "#run").click()
     error = wait_for(browser, "const e = document.querySelector('#error'); return !e.hidden && e.textContent")
     assert "/tokens/1" in error and "dog" in error
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
+
+
+def run_toy(driver: Any, tokens: str, heads: int = 4) -> None:
+    """Submit the toy form with ``tokens`` and ``heads`` (other settings as the page opens)."""
+    set_field(driver, "#tokens", tokens)
+    set_field(driver, "#heads", str(heads))
+    driver.find_element("css selector", "#run").click()
+
+
+SHOWN_ERROR = "const e = document.querySelector(arguments[0]); return !e.hidden && e.textContent"
+
+
+def test_an_error_names_the_field_once(browser, live):
+    open_playground(browser, live)
+    run_toy(browser, "the cat", heads=3)
+    shown = wait_for(browser, SHOWN_ERROR, "#error")
+    [error] = requests.post(f"{live}/v1/multi-head-attention", timeout=10,
+                            json={"tokens": ["the", "cat"], "d_model": 8, "n_heads": 3}).json()["errors"]
+    assert error == {"pointer": "/n_heads", "detail": "n_heads: d_model=8 must be divisible by n_heads=3"}
+    assert shown == "/n_heads: d_model=8 must be divisible by n_heads=3"  # the API's detail, its name said once
+
+
+def test_after_a_failing_request_no_earlier_result_is_visible(browser, live):
+    open_playground(browser, live)
+    run_toy(browser, "the cat ate")
+    wait_for(browser, "return document.querySelectorAll('#heatmaps figure').length === 4")
+    run_toy(browser, "the dog")
+    wait_for(browser, SHOWN_ERROR, "#error")
+    assert not browser.find_element("css selector", "#results").is_displayed()
+    left = browser.execute_script("return document.querySelectorAll('#heatmaps svg, #trace table').length")
+    assert left == 0
+    assert "cleared" in browser.find_element("css selector", "#status").text
     assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
 
 
@@ -321,6 +488,18 @@ def test_real_model_errors_are_shown_with_their_pointer(browser, live):
     error = wait_for(browser, "const e = document.querySelector('#model-error'); return !e.hidden && e.textContent")
     assert "/text" in error
     assert not browser.find_element("css selector", "#model-results").is_displayed()
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
+
+
+def test_real_model_after_a_failing_request_no_earlier_head_is_visible(browser, live):
+    open_real_mode(browser, live)
+    run_model(browser, "The dog ate.")
+    set_field(browser, "#text", "   ")
+    browser.find_element("css selector", "#run-model").click()
+    assert "/text" in wait_for(browser, SHOWN_ERROR, "#model-error")
+    assert not browser.find_element("css selector", "#model-results").is_displayed()
+    left = browser.execute_script("return document.querySelectorAll('#model-heatmap svg, #model-view canvas').length")
+    assert left == 0
     assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused request only
 
 

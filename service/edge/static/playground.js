@@ -1,13 +1,7 @@
 // The attention playground: plain DOM code over the public HTTP API (no framework, no build step).
-// Every number shown comes from the API; relative URLs so the page works behind a path prefix.
+// The tables show the API's numbers; the page itself adds only what a student would redo by hand (X = E + PE,
+// weights·V, the sums behind one chosen cell). Relative URLs so the page works behind a path prefix.
 "use strict";
-
-const STEPS = [
-  ["scores", "Raw scores Q·Kᵀ", "How well each query matches each key: the dot product of their vectors."],
-  ["scaled_scores", "Scaled", "Divided by √d_k so that wide heads do not push the softmax to a hard argmax."],
-  ["masked_scores", "Masked", "Positions a token may not see are set to −∞ (shown as “masked”)."],
-  ["weights", "Softmax weights", "exp of each score over the row's sum: every row now sums to 1."],
-];
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -25,13 +19,21 @@ function formatNumber(value, fixed = false) {
   return Number.isInteger(value) && !fixed ? String(value) : value.toFixed(3);
 }
 
+// One line of a problem's errors: its pointer, then its detail. The engine's details start with the argument's
+// name ("n_heads: d_model=8 must be ..."), which the pointer (/n_heads) already says: it is dropped here.
+function problemLine({pointer, parameter, detail}) {
+  const where = pointer || parameter;
+  const field = where.split("/").filter((part) => part && !/^\d+$/.test(part)).pop();
+  return `${where}: ${field && detail.startsWith(`${field}: `) ? detail.slice(field.length + 2) : detail}`;
+}
+
 // fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.
 async function api(path, options = {}) {
   const response = await fetch(path, options);
   const type = response.headers.get("Content-Type") || "";
   if (!response.ok) {
     const problem = type.includes("json") ? await response.json() : {detail: await response.text()};
-    const where = (problem.errors || []).map((e) => `${e.pointer || e.parameter}: ${e.detail}`);
+    const where = (problem.errors || []).map(problemLine);
     throw new Error(where.length ? where.join("\n") : problem.detail || response.statusText);
   }
   return type.includes("svg") ? response.text() : response.json();
@@ -52,16 +54,22 @@ function svgNode(text, prefix) {
   return svg;
 }
 
-// A matrix as a table; row/column headers are the tokens (or positions).
-function matrixTable(matrix, rowLabels, colLabels, caption) {
-  const head = element("tr", {}, element("th", {scope: "col"}, ""),
-    ...colLabels.map((label) => element("th", {scope: "col"}, label)));
-  const rows = matrix.map((row, i) => element("tr", {}, element("th", {scope: "row"}, rowLabels[i]),
-    ...row.map((value) => element("td", {class: value === null ? "masked" : ""}, formatNumber(value, true)))));
-  const table = element("table", {}, element("caption", {}, caption), element("thead", {}, head),
-    element("tbody", {}, ...rows));
+// A matrix as a table: rows and columns labelled (tokens, positions, ...), the corner cell naming both axes
+// ("query ↓ key →"). ``format(value, j)`` writes the value of column j; a Node cell is put in as it is. Cells
+// carry data-row and data-col; ``name`` and ``pick`` (what a click on a cell chooses) go on the table.
+function matrixTable(matrix, {rows, cols, corner, caption, format = (value) => formatNumber(value, true), name, pick}) {
+  const head = element("tr", {}, element("th", {scope: "col", class: "axes"}, corner),
+    ...cols.map((label) => element("th", {scope: "col"}, label)));
+  const body = matrix.map((row, i) => element("tr", {}, element("th", {scope: "row"}, rows[i]),
+    ...row.map((value, j) => (value instanceof Node ? element("td", {class: "text", "data-row": i, "data-col": j},
+      value) : element("td", {class: value === null || value === false ? "masked" : "", "data-row": i,
+      "data-col": j}, format(value, j))))));
+  const table = element("table", {...name && {"data-name": name}, ...pick && {"data-pick": pick}},
+    element("caption", {}, caption), element("thead", {}, head), element("tbody", {}, ...body));
   return element("div", {class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption}, table);
 }
+
+const positions = (count) => Array.from({length: count}, (_, i) => String(i));
 
 function readRequest() {
   const body = {
@@ -81,22 +89,171 @@ function readRequest() {
   } catch (error) {
     throw new Error(`The embeddings are not valid JSON: ${error.message}`);
   }
+  if (Array.isArray(body.embeddings?.[0]?.[0])) {  // the API would take a batch; the page shows one sentence
+    throw new Error("/embeddings: one sentence at a time here: n rows of d_model numbers, not a batch.");
+  }
   const count = Array.isArray(body.embeddings) ? body.embeddings.length : 0;
   return {body, labels: Array.from({length: count}, (_, i) => String(i))};
 }
 
-function showTrace(answer, labels, head) {
-  const trace = $("#trace");
-  trace.replaceChildren();
-  for (const [key, title, explanation] of STEPS) {
-    trace.append(element("li", {}, element("h3", {}, title), element("p", {class: "help"}, explanation),
-      matrixTable(answer.trace[key][head], labels, labels, `${title}, head ${head}`)));
+// The step-by-step: one head from the input X to the output, with one cell (query i, key j, and component t of
+// V) worked out by hand at every step. The head, i, j and t are the four selects above the steps.
+
+const SCORE_STEPS = [
+  ["scores", "Raw scores Q·Kᵀ", "How well each query matches each key: the dot product of their vectors."],
+  ["scaled_scores", "Scaled", "Divided by √d_k so that wide heads do not push the softmax to a hard argmax."],
+  ["masked_scores", "Masked", "Positions a token may not see are set to −∞ (shown as “masked”)."],
+  ["weights", "Softmax weights", "exp of each score over the row's sum: every row now sums to 1."],
+];
+
+const fixed = (value) => value.toFixed(3);
+const factor = (value) => (value < 0 ? `(${fixed(value)})` : fixed(value));  // 0.5 × (-1.2), not 0.5 × -1.2
+// A sum written term by term; a wide head's (d_k 64) is cut to its first terms and their count.
+const sumText = (terms) => (terms.length <= 8 ? terms.join(" + ") :
+  `${terms.slice(0, 3).join(" + ")} + … (${terms.length} terms)`);
+// A worked number: 3 decimals as in the tables, its exact value in data-value.
+const worked = (value) => element("span", {class: "value", "data-value": value}, fixed(value));
+
+// The input the heads read: E (the toy vocabulary's vectors from the API, or the pasted matrix), the API's
+// positional encoding PE, and X = E + PE; each (n, d_model).
+async function readInput(body, n) {
+  const embeddings = body.tokens ? (await postJson("v1/embed", {tokens: body.tokens, d_model: body.d_model}))
+    .embeddings : body.embeddings;
+  if (!body.positional_encoding) return {embeddings, encoding: null, x: embeddings};
+  const {encoding} = await api(`v1/positional-encoding?n_positions=${n}&d_model=${embeddings[0].length}`);
+  return {embeddings, encoding, x: embeddings.map((row, i) => row.map((value, c) => value + encoding[i][c]))};
+}
+
+// weights·V per head, (h, n, d_k): the API's output is after the heads are mixed, so this step is redone here.
+function headOutputs(trace) {
+  return trace.weights.map((weights, h) => weights.map((row) => trace.v[h][0].map((_, t) =>
+    row.reduce((sum, weight, j) => sum + weight * trace.v[h][j][t], 0))));
+}
+
+// The head, query i, key j and component t the four selects (or the last click) chose.
+const chosen = () => ["#trace-head", "#trace-query", "#trace-key", "#trace-component"].map((id) => Number($(id).value));
+
+// The chosen head's steps as tables; then its chosen cell worked out (workCell).
+function drawTrace(steps) {
+  const {answer: {trace, output}, labels, input, outputs, positional} = steps;
+  const [head] = chosen();
+  const [heads, d_k, width] = [trace.q.length, trace.q[0][0].length, output[0].length];
+  const tokenTable = (matrix, caption, name, pick) => matrixTable(matrix, {rows: labels,
+    cols: positions(matrix[0].length), corner: "token ↓ dimension →", caption, name, pick});
+  const step = (name, title, help, ...tables) => element("li", {"data-step": name}, element("h3", {}, title),
+    element("p", {class: "help"}, help), element("div", {class: "tables"}, ...tables),
+    element("p", {class: "worked"}));
+  $("#trace").replaceChildren(
+    step("input", positional ? "Input: embeddings + positional encoding" : "Input: the embeddings",
+      `${positional ? "X = E + PE: each token's embedding plus the sinusoidal encoding of its position."
+        : "X = E: the embeddings as they are (the positional encoding is off)."} Every head reads this same X.`,
+    ...(positional ? [tokenTable(input.embeddings, "E, the embeddings"), matrixTable(input.encoding, {
+      rows: positions(labels.length), cols: positions(width), corner: "position ↓ dimension →",
+      caption: "PE, the positional encoding"})] : []), tokenTable(input.x, "X, the input", "x")),
+    step("qkv", `Q, K and V of head ${head}`, `Q = X·W_q, K = X·W_k, V = X·W_v, each n × d_k with d_k = ` +
+      `d_model / heads = ${width} / ${heads} = ${d_k}. This head's W_q, W_k, W_v (d_model × d_k) are random, ` +
+      `drawn from seed + ${head}; the API does not return them, so this product is the one you cannot redo here.`,
+    tokenTable(trace.q[head], "Q", "q"), tokenTable(trace.k[head], "K", "k"), tokenTable(trace.v[head], "V", "v")),
+    ...SCORE_STEPS.map(([key, title, help]) => step(key, title, help, matrixTable(trace[key][head], {
+      rows: labels, cols: labels, corner: "query ↓ key →", caption: `${title}, head ${head}`, name: key,
+      pick: "key"}))),
+    step("head-output", `weights·V: head ${head}'s output`, "Each query's output is the average of the value " +
+      "vectors (the rows of V), weighted by its row of softmax weights: n × d_k. Click a cell for its sum.",
+    tokenTable(outputs[head], `weights·V, head ${head}`, "head-output", "component")),
+    step("concat", "Concatenate the heads, mix with W_o", `The ${heads} heads' outputs side by side (n × ` +
+      `d_model; head ${head}'s are the columns ${head}·0 to ${head}·${d_k - 1}), then multiplied by W_o ` +
+      "(d_model × d_model, random, drawn from seed + 99), which the API does not return: the concatenation can " +
+      "be checked here, the mix cannot. The output is as wide as the input, which is what lets blocks be stacked.",
+    matrixTable(steps.concat, {rows: labels, cols: outputs.flatMap((_, g) => positions(d_k).map((c) =>
+      `${g}·${c}`)), corner: "token ↓ head·component →", caption: "The heads concatenated", name: "concat"}),
+    tokenTable(output, "Output, all heads", "output")),
+  );
+  workCell(steps);
+}
+
+// Highlight, in table ``name``, the cells in ``rows`` x ``cols`` (null: all of them).
+function mark(name, rows, cols) {
+  for (const cell of document.querySelectorAll(`#trace table[data-name="${name}"] td`)) {
+    const [i, j] = [Number(cell.dataset.row), Number(cell.dataset.col)];
+    if ((rows === null || rows.includes(i)) && (cols === null || cols.includes(j))) cell.classList.add("chosen");
   }
-  const width = answer.output[0].length;
-  trace.append(element("li", {}, element("h3", {}, "Output"),
-    element("p", {class: "help"}, "Each head's weights average its value vectors; the heads are concatenated " +
-      "and mixed by W_o into one vector per token, as wide as the input (d_model)."),
-    matrixTable(answer.output, labels, Array.from({length: width}, (_, j) => `d${j}`), "Output, all heads")));
+}
+
+// The chosen cell by hand, step by step, under each step's tables.
+function workCell(steps) {
+  const {answer: {trace}, labels, outputs, concat} = steps;
+  const [head, i, j, t] = chosen();
+  const [query, key, q, k] = [labels[i], labels[j], trace.q[head][i], trace.k[head][j]];
+  const say = (name, ...parts) => $(`#trace [data-step="${name}"] .worked`).replaceChildren(...parts);
+  const score = q.reduce((sum, value, c) => sum + value * k[c], 0);
+  const root = Math.sqrt(q.length);
+  const {embeddings, encoding, x} = steps.input;
+  say("input", `q[${query}] is computed from x[${query}], k[${key}] from x[${key}] (highlighted)`,
+    ...(encoding ? [`; x[${query}, 0] = e[${query}, 0] + pe[${i}, 0] = ${fixed(embeddings[i][0])} + ` +
+      `${factor(encoding[i][0])} = `, worked(x[i][0])] : []), ".");
+  say("qkv", `The query vector q[${query}] and the key vector k[${key}] are the highlighted rows; column ${t} of ` +
+    `V is what weights·V averages for its component ${t}.`);
+  say("scores", `score[${query} → ${key}] = q[${query}] · k[${key}] = `,
+    sumText(q.map((value, c) => `${factor(value)} × ${factor(k[c])}`)), " = ", worked(score));
+  say("scaled_scores", `${fixed(score)} / √${q.length} = ${fixed(score)} / ${fixed(root)} = `, worked(score / root));
+  const row = trace.masked_scores[head][i];
+  say("masked_scores", ...(row[j] === null ? [`masked: ${query} may not see ${key}, so the score becomes −∞.`]
+    : [`${query} may see ${key}: the score stays `, worked(row[j])]));
+  const seen = row.filter((value) => value !== null);
+  const top = Math.max(...seen);
+  const exps = seen.map((value) => Math.exp(value - top));
+  const total = exps.reduce((sum, value) => sum + value, 0);
+  const keys = seen.length === 1 ? "the one key" : `the ${seen.length} keys`;
+  say("weights", ...(row[j] === null ? [`weight[${query} → ${key}] = exp(−∞) / … = `, worked(0),
+    ": a masked key gets nothing."] : [`weight[${query} → ${key}] = exp(s − m) / Σ exp(s′ − m) over ${keys} ` +
+    `${query} sees, m = ${fixed(top)} their largest score (it changes nothing but keeps exp finite) = ` +
+    `${fixed(Math.exp(row[j] - top))} / (${sumText(exps.map(fixed))}) = `, worked(Math.exp(row[j] - top) / total)]));
+  const weights = trace.weights[head][i];
+  say("head-output", `out[${query}, ${t}] = Σ weight[${query} → key] × v[key, ${t}] = `,
+    sumText(weights.flatMap((weight, c) => (weight > 0 ? [`${fixed(weight)} × ${factor(trace.v[head][c][t])}`]
+      : []))), " = ", worked(outputs[head][i][t]), weights.includes(0) ? " (keys of weight 0 left out)" : "");
+  const column = head * q.length + t;
+  say("concat", `concat[${query}, ${head}·${t}] = out[${query}, ${t}] of head ${head} = `,
+    worked(concat[i][column]), `; output[${query}] = concat[${query}] · W_o needs W_o.`);
+  for (const cell of document.querySelectorAll("#trace td.chosen")) cell.classList.remove("chosen");
+  mark("x", [i, j], null);
+  mark("q", [i], null);
+  mark("k", [j], null);
+  mark("v", null, [t]);
+  for (const [name] of SCORE_STEPS) mark(name, [i], [j]);
+  mark("head-output", [i], [t]);
+  mark("concat", [i], [column]);
+  mark("output", [i], null);
+}
+
+// A run's step-by-step: the selects filled (a choice kept while the new run still has it), clicks wired.
+function showSteps(steps) {
+  const {answer: {trace}, labels} = steps;
+  const tokens = (i) => `${labels[i]} (position ${i})`;
+  fillSelect("#trace-head", positions(trace.q.length), (h) => `head ${h}`);
+  fillSelect("#trace-query", positions(labels.length), tokens, String(Math.min(1, labels.length - 1)));
+  fillSelect("#trace-key", positions(labels.length), tokens);
+  fillSelect("#trace-component", positions(trace.q[0][0].length), (t) => `component ${t}`);
+  $("#trace-head").onchange = () => drawTrace(steps);
+  for (const id of ["#trace-query", "#trace-key", "#trace-component"]) $(id).onchange = () => workCell(steps);
+  $("#trace").onclick = (event) => {  // a score or weight cell chooses (i, j); a cell of weights·V chooses (i, t)
+    const cell = event.target.closest("td[data-row]");
+    const pick = cell?.closest("table").dataset.pick;
+    if (!pick) return;
+    $("#trace-query").value = cell.dataset.row;
+    $(pick === "key" ? "#trace-key" : "#trace-component").value = cell.dataset.col;
+    workCell(steps);
+  };
+  $("#heatmaps").onclick = (event) => {  // a heatmap cell chooses its head, query and key
+    const cell = event.target.closest("rect.cell");
+    if (!cell) return;
+    $("#trace-head").value = cell.closest("figure").dataset.head;
+    $("#trace-query").value = cell.dataset.row;
+    $("#trace-key").value = cell.dataset.col;
+    drawTrace(steps);
+    $("#trace-heading").scrollIntoView({block: "start"});
+  };
+  drawTrace(steps);
 }
 
 async function run(event) {
@@ -109,39 +266,90 @@ async function run(event) {
     const {body, labels} = readRequest();
     const answer = await postJson("v1/multi-head-attention", body);
     const heads = answer.weights;
-    const pictures = await Promise.all(heads.map((weights, h) => postJson("v1/heatmap", {
+    const [pictures, input] = await Promise.all([Promise.all(heads.map((weights, h) => postJson("v1/heatmap", {
       weights, row_labels: labels, col_labels: labels, title: `Head ${h}`,
-    })));
+    }))), readInput(body, labels.length)]);
     $("#heatmaps").replaceChildren(...pictures.map((svg, h) => element("figure", {class: "heatmap", "data-head": h},
       svgNode(svg, `head${h}`),
-      element("figcaption", {}, `Head ${h} of ${heads.length}: rows are queries, columns keys`))));
-    const select = $("#trace-head");
-    select.replaceChildren(...heads.map((_, h) => element("option", {value: h}, `head ${h}`)));
-    select.onchange = () => showTrace(answer, labels, Number(select.value));
-    showTrace(answer, labels, 0);
+      element("figcaption", {}, `Head ${h} of ${heads.length}: rows are queries, columns keys; click a cell ` +
+        "to work it out below"))));
+    const outputs = headOutputs(answer.trace);
+    showSteps({answer, labels, input, outputs, positional: body.positional_encoding,
+      concat: labels.map((_, i) => outputs.flatMap((out) => out[i]))});
     $("#results").hidden = false;
     $("#status").textContent = `Done: ${heads.length} heads over ${labels.length} tokens.`;
   } catch (failure) {
+    // Results left on screen would read as the answer to the request that just failed.
+    $("#results").hidden = true;
+    $("#heatmaps").replaceChildren();
+    $("#trace").replaceChildren();
     error.textContent = failure.message;
     error.hidden = false;
-    $("#status").textContent = "The API refused the request.";
+    $("#status").textContent = "Nothing computed (see below); the earlier results are cleared.";
   } finally {
     $("#run").disabled = false;
   }
 }
 
-// A demo's result, generically: matrices as tables, lists of records as tables, the rest as a list.
-function describe(value, name) {
-  const isMatrix = Array.isArray(value) && value.length &&
-    value.every((row) => Array.isArray(row) && row.every((cell) => !Array.isArray(cell)));
-  if (isMatrix) {
-    return matrixTable(value, value.map((_, i) => String(i)), value[0].map((_, j) => String(j)), name);
+// Each demo's arrays, laid out: their row labels, column labels and the axes the corner names. A vector is one row.
+const QUERY_BY_KEY = (result) => [[result.query_token], result.tokens, "query ↓ key →"];
+const DEMO_AXES = {
+  lookup: {scores: QUERY_BY_KEY, scaled_scores: QUERY_BY_KEY,
+    output: (result) => [[result.query_token], result.dimensions, "query ↓ dimension →"]},
+  "positional-encoding": {
+    sentences: (result) => [result.sentences.map((_, i) => `sentence ${i + 1}`),
+      positions(result.sentences[0].length), "sentence ↓ position →"],
+    positional_encoding: (result) => [positions(result.positional_encoding.length),
+      positions(result.positional_encoding[0].length), "position ↓ dimension →"]},
+  "causal-mask": {mask: (result) => [result.tokens, result.tokens, "query ↓ key →"]},
+  "multi-head": {output: (result) => [result.tokens, positions(result.d_model), "token ↓ dimension →"]},
+};
+
+// A weight this close to its row's largest is not told apart from it: with 0.335 against 0.331 no key "wins".
+const TIE = 0.05;
+
+// The key that one query row weighs most, or the keys that tie for it, as a table cell.
+function strongestLink(weights, tokens) {
+  const seen = weights.map((weight, k) => [weight, tokens[k]]).filter(([weight]) => weight > 0)
+    .sort(([a], [b]) => b - a);
+  if (seen.length === 1) return element("span", {class: "tie"}, `${seen[0][1]} (its only key)`);
+  const close = seen.filter(([weight]) => seen[0][0] - weight < TIE);
+  if (close.length === seen.length) return element("span", {class: "tie"}, `even: all ${seen.length} within ${TIE}`);
+  const named = close.map(([weight, token]) => `${token} ${weight.toFixed(3)}`);
+  if (close.length === 1) return element("strong", {}, named[0]);
+  return element("span", {class: "tie"}, `tie: ${named.join(" ≈ ")}`);
+}
+
+// The multi-head demo's strongest links, from its weights: the key each query weighs most, per head.
+function strongestLinks(result) {
+  const rows = result.tokens.map((_, i) => result.weights.map((head) => strongestLink(head[i], result.tokens)));
+  return element("div", {}, element("p", {class: "help"}, `Rows are the querying tokens, columns the heads; a ` +
+    `cell names the key the query weighs most, and only when it leads the next by ${TIE} or more: closer ` +
+    "weights are a tie, not a finding (and these weights are random)."),
+  matrixTable(rows, {rows: result.tokens, cols: result.weights.map((_, h) => `head ${h}`),
+    corner: "query ↓ head →", caption: "strongest links"}));
+}
+
+// A list of records (the scaling demo's rows) as a table: one row a record, headed by its first field; a field
+// whose values are all integers prints them whole (d_k 512, not 512.000).
+function recordTable(records, caption) {
+  const [first, ...keys] = Object.keys(records[0]);
+  const whole = keys.map((key) => records.every((record) => Number.isInteger(record[key])));
+  return matrixTable(records.map((record) => keys.map((key) => record[key])), {
+    rows: records.map((record) => formatNumber(record[first])), cols: keys, corner: first, caption,
+    format: (value, j) => formatNumber(value, !whole[j])});
+}
+
+// A demo's member: a labelled table where its axes are known, else a record table, a line of text or a value.
+function describe(result, demo, key) {
+  const value = result[key];
+  if (demo === "multi-head" && key === "strongest_links") return strongestLinks(result);
+  const axes = DEMO_AXES[demo]?.[key];
+  if (axes) {
+    const [rows, cols, corner] = axes(result);
+    return matrixTable(Array.isArray(value[0]) ? value : [value], {rows, cols, corner, caption: key});
   }
-  if (Array.isArray(value) && value.length && typeof value[0] === "object") {
-    const keys = Object.keys(value[0]);
-    return matrixTable(value.map((record) => keys.map((key) => record[key])), value.map((_, i) => String(i)), keys,
-      name);
-  }
+  if (Array.isArray(value) && value.length && typeof value[0] === "object") return recordTable(value, key);
   if (Array.isArray(value) && value.some(Array.isArray)) return element("code", {}, JSON.stringify(value));
   if (Array.isArray(value)) return element("span", {}, value.map((item) => formatNumber(item)).join(", "));
   return element("span", {}, formatNumber(value));
@@ -159,9 +367,10 @@ async function openDemo(details, name) {
       body.append(element("figure", {class: "heatmap"}, svgNode(svg, `demo-${name}`)));
     }
     const list = element("dl", {class: "demo-result"});
-    for (const [key, value] of Object.entries(demo.result)) {
+    for (const key of Object.keys(demo.result)) {
       if (drawn && key === "weights") continue;  // hover the heatmap's cells for the exact values
-      list.append(element("dt", {}, key.replaceAll("_", " ")), element("dd", {}, describe(value, key)));
+      list.append(element("dt", {}, key.replaceAll("_", " ")), element("dd", {"data-key": key},
+        describe(demo.result, name, key)));
     }
     body.append(list);
   } catch (failure) {
@@ -220,18 +429,20 @@ function thumbnail(weights) {
   return canvas;
 }
 
-function showModelError(failure) {
+function showModelError(failure, status = "The API refused the request.") {
   $("#model-error").textContent = failure.message;
   $("#model-error").hidden = false;
-  $("#model-status").textContent = "The API refused the request.";
+  $("#model-status").textContent = status;
 }
 
-// Options 0..; the previous choice is kept when the new answer still has it.
-function fillSelect(selector, values, noun) {
+// Options named by ``label(value)``; the previous choice is kept when the new answer still has it, else
+// ``fallback`` (default the first) is chosen.
+function fillSelect(selector, values, label, fallback) {
   const select = $(selector);
   const kept = select.value;
-  select.replaceChildren(...values.map((value) => element("option", {value}, `${noun} ${value}`)));
+  select.replaceChildren(...values.map((value) => element("option", {value}, label(value))));
   if (values.map(String).includes(kept)) select.value = kept;
+  else if (fallback !== undefined) select.value = fallback;
 }
 
 // The chosen layer and head as the service's SVG heatmap, labelled with the word pieces.
@@ -290,8 +501,8 @@ async function runModel(event) {
     const body = {text: $("#text").value};
     if ($("#text-pair").value.trim()) body.text_pair = $("#text-pair").value;
     const answer = await postJson(`v1/models/${encodeURIComponent($("#model").value)}/attention`, body);
-    fillSelect("#layer", answer.layers.map((entry) => entry.layer), "layer");
-    fillSelect("#head", answer.layers[0].heads, "head");
+    fillSelect("#layer", answer.layers.map((entry) => entry.layer), (layer) => `layer ${layer}`);
+    fillSelect("#head", answer.layers[0].heads, (head) => `head ${head}`);
     const show = () => showHead(answer).catch(showModelError);
     $("#layer").onchange = show;
     $("#head").onchange = show;
@@ -308,7 +519,11 @@ async function runModel(event) {
     $("#model-status").textContent = `Done: ${answer.layers.length} layers × ${answer.layers[0].heads.length} ` +
       `heads over ${answer.tokens.length} word pieces.`;
   } catch (failure) {
-    showModelError(failure);
+    // As in the toy mode: the previous sentence's heads must not pass for this one's.
+    $("#model-results").hidden = true;
+    $("#model-heatmap").replaceChildren();
+    $("#model-view").replaceChildren();
+    showModelError(failure, "Nothing computed (see below); the earlier results are cleared.");
   } finally {
     $("#run-model").disabled = false;
   }
