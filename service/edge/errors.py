@@ -71,10 +71,12 @@ ARGUMENT_POINTERS = {name: pointer("weights", name) for name in ("w_q", "w_k", "
 
 
 def attention_problem(error: ValueError) -> ValidationProblem:
-    """The engine's ``AttentionError`` (bad argument shapes or values) as 422 pointing at the argument."""
+    """The engine's ``AttentionError`` (bad argument shapes or values) as 422 pointing at the argument: the
+    detail names it once ("n_heads: ..."), the error item's pointer names it and its detail does not repeat it."""
     argument = str(getattr(error, "argument", "") or "")
     where = ARGUMENT_POINTERS.get(argument, pointer(argument) if argument else "")
-    return ValidationProblem.at(where, str(error))
+    item = getattr(error, "detail", None) if where else None
+    return ValidationProblem(str(error), errors=[{"pointer": where, "detail": item or str(error)}])
 
 
 def handle_attention_error(error: ValueError) -> Response:

@@ -322,8 +322,8 @@ def test_an_error_names_the_field_once(browser, live):
     shown = wait_for(browser, SHOWN_ERROR, "#error")
     [error] = requests.post(f"{live}/v1/multi-head-attention", timeout=10,
                             json={"tokens": ["the", "cat"], "d_model": 8, "n_heads": 3}).json()["errors"]
-    assert error == {"pointer": "/n_heads", "detail": "n_heads: d_model=8 must be divisible by n_heads=3"}
-    assert shown == "/n_heads: d_model=8 must be divisible by n_heads=3"  # the API's detail, its name said once
+    assert error == {"pointer": "/n_heads", "detail": "d_model=8 must be divisible by n_heads=3"}
+    assert shown == "/n_heads: d_model=8 must be divisible by n_heads=3"  # the pointer, then the API's detail
 
 
 def test_after_a_failing_request_no_earlier_result_is_visible(browser, live):

@@ -19,12 +19,9 @@ function formatNumber(value, fixed = false) {
   return Number.isInteger(value) && !fixed ? String(value) : value.toFixed(3);
 }
 
-// One line of a problem's errors: its pointer, then its detail. The engine's details start with the argument's
-// name ("n_heads: d_model=8 must be ..."), which the pointer (/n_heads) already says: it is dropped here.
+// One line of a problem's errors: its pointer (or query parameter), then its detail, which does not name it again.
 function problemLine({pointer, parameter, detail}) {
-  const where = pointer || parameter;
-  const field = where.split("/").filter((part) => part && !/^\d+$/.test(part)).pop();
-  return `${where}: ${field && detail.startsWith(`${field}: `) ? detail.slice(field.length + 2) : detail}`;
+  return `${pointer || parameter}: ${detail}`;
 }
 
 // fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.

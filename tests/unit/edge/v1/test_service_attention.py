@@ -115,7 +115,10 @@ def test_multi_head_trace_is_per_head(client):
 
 def test_multi_head_indivisible_heads_is_422(client):
     response = client.post("/v1/multi-head-attention", json={"tokens": ["cat"], "d_model": 6, "n_heads": 4})
-    assert_problem(response, 422, "/n_heads")
+    body = assert_problem(response, 422, "/n_heads")
+    # The field is named once: by the detail's prefix, and by the item's pointer (its detail does not repeat it).
+    assert body["detail"] == "n_heads: d_model=6 must be divisible by n_heads=4"
+    assert body["errors"] == [{"pointer": "/n_heads", "detail": "d_model=6 must be divisible by n_heads=4"}]
 
 
 def test_encoder_layers_and_shapes(client):
