@@ -127,6 +127,10 @@ class SelfAttention:
             self.W_q, self.W_k, self.W_v = seeded_projections(self.d_model, self.d_k, seed_int(seed))
         self._cast = CastCache(w_q=self.W_q, w_k=self.W_k, w_v=self.W_v)
 
+    def weights_in(self, dtype: np.dtype | type = np.float64) -> dict[str, np.ndarray]:
+        """W_q, W_k, W_v (d_model, d_k), read-only, as the layer computes with them in ``dtype``."""
+        return dict(self._cast[np.dtype(dtype)])
+
     def _project(self, X):
         x = _input(X, "X", self.d_model)
         w = self._cast[x.dtype]

@@ -92,6 +92,13 @@ class MultiHeadAttention:
         self._cast = heads.cast
         self._scale = default_scale(self.d_k)
 
+    def weights_in(self, dtype: np.dtype | type = np.float64) -> dict[str, np.ndarray]:
+        """W_q, W_k, W_v (h, d_model, d_k) and W_o (d_model, d_model), read-only, as the layer computes with them
+        in ``dtype``."""
+        cast = self._cast[np.dtype(dtype)]
+        w_q, w_k, w_v = cast["w_qkv"][:, 0]                           # each (h, d_model, d_k)
+        return {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": cast["w_o"]}
+
     def _project(self, X):
         """X (..., n, d_model) -> q, k, v each (..., h, n, d_k), contiguous views of one new buffer."""
         with np.errstate(over="ignore", invalid="ignore"):          # an overflow surfaces as a clear error later

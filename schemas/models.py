@@ -97,13 +97,23 @@ class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
     mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), **HEAD_MASK)  # per head, as MHA
 
 
+class LayerTraceSchema(ProjectedTraceSchema):
+    """A layer's trace: its stages per head, and the weights that made them, in the request's precision."""
+
+    w_q = Tensor(ranks=(2, 3), metadata={"description": "W_q: (d_model, d_k), per head (h, d_model, d_k)."})
+    w_k = Tensor(ranks=(2, 3), metadata={"description": "W_k, as W_q."})
+    w_v = Tensor(ranks=(2, 3), metadata={"description": "W_v, as W_q."})
+    w_o = Tensor(ranks=(2,), metadata={
+        "description": "Multi-head only: W_o (d_model, d_model); output = concat(weights @ V per head) W_o."})
+
+
 class ModelResponse(Schema):
     """Output ``(..., n, d_model)``; weights ``(..., n, n)``, per head ``(..., h, n, n)``."""
 
     output = Tensor(required=True, ranks=BATCHABLE)
     weights = Tensor(required=True, allow_none=True, ranks=(2, 3, 4), metadata={
         "description": "Attention weights; null with return_weights=false."})
-    trace = fields.Nested(ProjectedTraceSchema, metadata={"description": "Only with trace=true."})
+    trace = fields.Nested(LayerTraceSchema, metadata={"description": "Only with trace=true."})
 
 
 class EncoderAttentionTrace(ProjectedTraceSchema):

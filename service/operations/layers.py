@@ -60,7 +60,8 @@ def work_self_attention(params: Params) -> Work:
             ("max_heads", 1, pointer("n_heads")))
     width, where = d_k or d, pointer("d_k" if "d_k" in params else input_member(params))
     output = Along(batch * n * width, 1 + LAYER_TRACE_ARRAYS * params["trace"], where)
-    return Work(dims, **_weighing(params, 1, n), along=(output,), macs=batch * n * 3 * d * width,
+    projections = Along(3 * d * width, int(params["trace"]), pointer("trace"), checked=False)  # trace: w_q, w_k, w_v
+    return Work(dims, **_weighing(params, 1, n), along=(output, projections), macs=batch * n * 3 * d * width,
                 draws=_draws(params, "self-attention", d, 3 * d * width))
 
 
@@ -80,7 +81,9 @@ def work_multi_head(params: Params) -> Work:
     heads = params["n_heads"]
     dims = (*sentence_dims(params, n, d), ("max_heads", heads, pointer("n_heads")))
     output = Along(batch * n * d, 1 + LAYER_TRACE_ARRAYS * params["trace"], pointer(input_member(params)))
-    return Work(dims, **_weighing(params, heads, n, per_head_mask=True), along=(output,), macs=batch * n * 4 * d * d,
+    projections = Along(4 * d * d, int(params["trace"]), pointer("trace"), checked=False)  # trace: w_q, w_k, w_v, w_o
+    return Work(dims, **_weighing(params, heads, n, per_head_mask=True), along=(output, projections),
+                macs=batch * n * 4 * d * d,
                 draws=_draws(params, "multi-head-attention", d, 4 * d * d))
 
 
@@ -98,8 +101,11 @@ def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.nd
     """The layer's answer; its ``elements`` attention weights counted once it has answered."""
     options = {"mask": params["mask"], "causal": params["causal"]}
     with EngineCall(LAYER_INPUTS, _input_culprits, params, elements):
-        return answer(params, lambda weights: layer(x, return_weights=weights, **options),
-                      lambda: layer.trace(x, **options))
+        result = answer(params, lambda weights: layer(x, return_weights=weights, **options),
+                        lambda: layer.trace(x, **options))
+    if params["trace"]:  # the weights behind every stage, so each number can be checked by hand
+        result["trace"].update(layer.weights_in(result["output"].dtype))
+    return result
 
 
 def _input_culprits(params: Params) -> list[str]:

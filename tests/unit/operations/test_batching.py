@@ -61,8 +61,8 @@ def test_a_failing_group_is_recomputed_one_by_one():
     ("positional-encoding", {"n_positions": 3, "d_model": 4}, 4 * 12),
     ("encoder", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 1, "n_layers": 2, "trace": True},  # 7 arrays a layer
      (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 7 * 8 * 2) + 2 * 2 * 32 + 2 * 2 * (4 * 8 * 8 + 2 * 8 * 32) // 1024),
-    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 2, "trace": True},  # q, k, v
-     (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 3 * 8) + 2 * 4 * 8 * 8 // 1024),
+    ("multi-head-attention", {"tokens": ["cat"] * 2, "d_model": 8, "n_heads": 2, "trace": True},  # q, k, v, W
+     (1 + 3) * (5 * 2 * 4 + 2 * 8 + 2 * 3 * 8 + 4 * 8 * 8) + 2 * 4 * 8 * 8 // 1024),
 ])
 def test_cost_counts_what_is_computed_and_three_more_for_what_is_returned(op, body, expected):
     assert cost(*load(op, body)) == expected

@@ -113,6 +113,36 @@ def test_multi_head_trace_is_per_head(client):
     assert body["trace"]["weights"] == body["weights"]
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_multi_head_trace_holds_the_weights_that_check_every_stage_by_hand(client, seed_script, dtype):
+    """Q = X W_q per head and output = concat(weights @ V) W_o, from the trace alone; the weights are the seed
+    script's (head i from seed i, W_o from seed 99), in the request's precision."""
+    request = {"tokens": SENTENCE, "d_model": 8, "n_heads": 2, "positional_encoding": True, "trace": True,
+               "dtype": dtype}
+    body = client.post("/v1/multi-head-attention", json=request).get_json()
+    trace = {name: np.asarray(value) for name, value in body["trace"].items()}
+    x = np.asarray(client.post("/v1/embed", json={key: request[key] for key in ("tokens", "d_model",
+                                                  "positional_encoding", "dtype")}).get_json()["embeddings"])
+    tolerance = {"float64": 1e-12, "float32": 1e-5}[dtype]
+    assert trace["w_q"].shape == trace["w_k"].shape == trace["w_v"].shape == (2, 8, 4)
+    assert trace["w_o"].shape == (8, 8)
+    for name in ("q", "k", "v"):
+        np.testing.assert_allclose(x @ trace[f"w_{name}"], trace[name], atol=tolerance)  # (h, n, d_k)
+    concat = (trace["weights"] @ trace["v"]).transpose(1, 0, 2).reshape(5, 8)           # (n, h*d_k)
+    np.testing.assert_allclose(concat @ trace["w_o"], body["output"], atol=tolerance)
+    reference = seed_script.MultiHeadAttention(8, 2)
+    np.testing.assert_allclose(trace["w_o"], reference.W_o, atol=tolerance)
+
+
+def test_a_self_attention_trace_holds_its_projections_and_no_w_o(client):
+    body = client.post("/v1/self-attention", json={"tokens": SENTENCE, "d_model": 8, "d_k": 4,
+                                                   "trace": True}).get_json()
+    trace = body["trace"]
+    assert np.asarray(trace["w_q"]).shape == (8, 4) and "w_o" not in trace
+    x = np.asarray(client.post("/v1/embed", json={"tokens": SENTENCE, "d_model": 8}).get_json()["embeddings"])
+    np.testing.assert_allclose(x @ np.asarray(trace["w_q"]), trace["q"], atol=1e-12)
+
+
 def test_multi_head_indivisible_heads_is_422(client):
     response = client.post("/v1/multi-head-attention", json={"tokens": ["cat"], "d_model": 6, "n_heads": 4})
     body = assert_problem(response, 422, "/n_heads")
