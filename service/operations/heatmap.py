@@ -13,12 +13,12 @@ Exact zeros (masked cells) are hatched, not coloured.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
-from xml.sax.saxutils import escape
 
 import numpy as np
 import orjson
+
+from service.operations.svgtext import clean, display, text_width
 
 # viridis (perceptually uniform, colour-blind safe, dark -> light) sampled at 0, 1/8, ..., 1.
 _ANCHORS = ("440154", "482878", "3e4989", "31688e", "26828e", "1f9e89", "35b779", "6ece58", "fde725")
@@ -30,10 +30,6 @@ LUT = np.array(["#{:02x}{:02x}{:02x}".format(*rgb) for rgb in np.rint(_LUT_RGB).
 _LUMINANCE = (_LUT_RGB / 255) @ np.array([0.2126, 0.7152, 0.0722])
 TEXT_LUT = np.where(_LUMINANCE > 0.4, "#111", "#fff")
 
-# XML 1.0 forbids C0 controls but tab/LF/CR, lone surrogates and U+FFFE/U+FFFF; C1 controls are
-# allowed but invisible. A label shows them as U+FFFD; tab/LF/CR become spaces (one-line labels).
-_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_WHITESPACE = re.compile("[\t\n\r]")
 MAX_SHOWN_CHARS = 14  # longer labels are shortened on screen; the full text stays in the hover title
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
@@ -41,18 +37,8 @@ MASKED = "#d9d9d9"
 LEGEND_H = 230.0  # colour bar, ticks and the masked swatch
 
 
-def clean(text: str) -> str:
-    """``text`` safe inside XML text and attributes: control characters replaced, then escaped."""
-    return escape(_ILLEGAL.sub("\ufffd", _WHITESPACE.sub(" ", text)), {'"': "&quot;"})
-
-
 def _shown(label: str) -> str:
     return label if len(label) <= MAX_SHOWN_CHARS else label[:MAX_SHOWN_CHARS - 1] + "…"
-
-
-def _text_width(chars: int, size: float) -> float:
-    """Approximate width of ``chars`` characters of a sans-serif font at ``size`` px."""
-    return chars * size * 0.6
 
 
 def _as_written(panels: np.ndarray) -> list[list[list[str]]]:
@@ -93,10 +79,9 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     label_font = min(13.0, max(9.0, cell * 0.5))
     if annotate is None:
         annotate = cell >= 30
-    value_chars = decimals + 2
-    value_font = min(12.0, cell * 0.34, (cell - 4) / (value_chars * 0.6))
-    left = _text_width(max(len(_shown(name)) for name in row_names), label_font) + 10
-    top_labels = _text_width(max(len(_shown(name)) for name in col_names), label_font) + 10
+    value_font = min(12.0, cell * 0.34, (cell - 4) / text_width("0." + "0" * decimals, 1.0))
+    left = max(text_width(display(_shown(name)), label_font) for name in row_names) + 10
+    top_labels = max(text_width(display(_shown(name)), label_font) for name in col_names) + 10
     panel_title_h = 22.0 if any(panel_titles) else 0.0
     grid_w, grid_h = n_k * cell, n_q * cell
     panel_w, panel_h = left + grid_w + 24, panel_title_h + top_labels + grid_h + 24

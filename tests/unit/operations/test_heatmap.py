@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from service.operations.heatmap import LUT, TEXT_LUT, clean, render_heatmap
+from service.operations.heatmap import LUT, TEXT_LUT, render_heatmap
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -73,14 +73,6 @@ def test_hostile_labels_are_escaped_and_control_characters_replaced():
     assert hover[1] == '<script>alert("x")</script> → <script>alert("x")</script>: 0.25'
     assert "ctl\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd → " in "".join(hover) and "tab new line" in "".join(hover)
     assert "<script" not in svg and "\x00" not in svg
-
-
-def test_clean_replaces_exactly_the_characters_xml_forbids():
-    assert clean("ok é ☃ \U0001f600") == "ok é ☃ \U0001f600"
-    assert clean("<&>\"'") == "&lt;&amp;&gt;&quot;'"
-    controls = "".join(map(chr, range(0x20)))
-    assert clean(controls) == "".join(" " if c in "\t\n\r" else "\ufffd" for c in controls)
-    assert clean("\x7f\x85\x9f\ud800\udfff\ufffe\uffff") == "\ufffd" * 7
 
 
 def test_long_labels_are_shortened_on_screen_but_kept_in_the_hover_title():
