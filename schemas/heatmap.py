@@ -9,7 +9,7 @@ from marshmallow import ValidationError, fields, validate, validates_schema
 
 from schemas.base import Schema
 from schemas.fields import StringList, strict_bool, strict_int
-from schemas.tensor import Tensor, _nest
+from schemas.tensor import BoolTensor, Tensor, _nest
 
 MAX_LABEL_CHARS = 200
 
@@ -24,8 +24,11 @@ class HeatmapRequest(Schema):
     """Weights to draw, one panel per head, with optional labels and values written in the cells."""
 
     weights = Tensor(required=True, ranks=(2, 3), shape="(n_q, n_k) or (h, n_q, n_k)", metadata={
-        "description": "Attention weights in [0, 1] (n_q, n_k), or one matrix per head (h, n_q, n_k). "
-                       "Exact zeros (masked cells) are drawn hatched."})
+        "description": "Attention weights in [0, 1] (n_q, n_k), or one matrix per head (h, n_q, n_k)."})
+    mask = BoolTensor(load_default=None, ranks=(1, 2, 3), shape="broadcastable to the weights", metadata={
+        "description": "Which cells could attend (true) or were masked (false): masked cells are drawn hatched, "
+                       "apart from weights that are merely 0, and must weigh 0. Broadcastable to the weights' "
+                       "shape. Without it nothing is drawn as masked."})
     row_labels = _labels("query (row)")
     col_labels = _labels("key (column)")
     title = fields.String(validate=validate.Length(max=MAX_LABEL_CHARS), metadata={
@@ -46,6 +49,22 @@ class HeatmapRequest(Schema):
         for key, axis, size in (("row_labels", "n_q", weights.shape[-2]), ("col_labels", "n_k", weights.shape[-1])):
             if key in data and len(data[key]) != size:
                 raise ValidationError(f"Expected {size} labels ({axis}), got {len(data[key])}.", key)
+        if data.get("mask") is not None:
+            _masked_weigh_zero(weights, data["mask"])
+
+
+def _masked_weigh_zero(weights: np.ndarray, mask: np.ndarray) -> None:
+    """A mask that broadcasts to the weights, whose masked cells weigh 0; else the error names the first culprit."""
+    try:
+        allowed = np.broadcast_to(mask, weights.shape)
+    except ValueError:
+        raise ValidationError(f"Expected a mask broadcastable to the weights {weights.shape}, got {mask.shape}.",
+                              "mask") from None
+    weighing = np.argwhere(~allowed & (weights != 0))
+    if len(weighing):
+        index = weighing[0].tolist()
+        detail = f"The mask hides this cell: it must weigh 0, got {weights[tuple(index)]}."
+        raise ValidationError({"weights": _nest(index, detail)})
 
 
 class FormatQuery(Schema):
