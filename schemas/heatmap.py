@@ -12,6 +12,10 @@ from schemas.fields import StringList, strict_bool, strict_int
 from schemas.tensor import BoolTensor, Tensor, _nest
 
 MAX_LABEL_CHARS = 200
+COLOR_SCALES = ("fixed", "row", "max")  # what service.operations.palette can scale the colours to
+COLOR_SCALE = ("What the brightest colour stands for, named in the legend: fixed (default), a weight of 1; row, "
+               "each row's largest weight (a long sentence's rows are then not uniformly dark); max, the "
+               "picture's largest weight.")
 
 
 def _labels(axis: str) -> StringList:
@@ -36,6 +40,8 @@ class HeatmapRequest(Schema):
     annotate = strict_bool(load_default=None, metadata={
         "description": "Write each value in its cell (default: when cells are large enough, up to 18 tokens)."})
     decimals = strict_int(0, 6, load_default=2, metadata={"description": "Decimals of the values written in cells."})
+    color_scale = fields.String(load_default="fixed", validate=validate.OneOf(COLOR_SCALES),
+                                metadata={"description": COLOR_SCALE})
 
     @validates_schema
     def _consistent(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -74,3 +80,5 @@ class FormatQuery(Schema):
         "description": "json (default), or svg: the heatmap of the attention weights (image/svg+xml, one panel "
                        "per head/batch item/layer, labelled with the tokens when given). With svg, "
                        "return_weights, trace and decimals do not apply."})
+    color_scale = fields.String(validate=validate.OneOf(COLOR_SCALES), metadata={
+        "description": f"With format=svg: {COLOR_SCALE[0].lower()}{COLOR_SCALE[1:]}"})

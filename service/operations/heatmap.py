@@ -22,7 +22,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 import orjson
 
-from service.operations.palette import DEFS, LUT, TEXT_LUT, legend, legend_width
+from service.operations.palette import DEFS, LUT, TEXT_LUT, legend, legend_width, scaled
 from service.operations.svgtext import clean, display, num, text_width, wrap
 
 MAX_SHOWN_CHARS = 14  # longer labels are shortened on screen; the full text stays in the hover title
@@ -53,7 +53,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
                    col_labels: Sequence[str] | None = None, title: str | None = None,
                    settings: Sequence[str] = (), panel_titles: Sequence[str] | None = None,
                    row_titles: Sequence[str] | None = None, hidden: np.ndarray | None = None,
-                   annotate: bool | None = None, decimals: int = 2) -> str:
+                   color_scale: str = "fixed", annotate: bool | None = None, decimals: int = 2) -> str:
     """The SVG document of ``weights``: one panel (n_q, n_k), p panels (p, n_q, n_k) in rows as many as fit in
     1200 px, or r rows of c panels (r, c, n_q, n_k) (a stack: one row per layer, its heads along it).
 
@@ -62,8 +62,9 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     row, default "head j"). ``row_titles``: r, above each row of a 4-d input. ``settings``: what the run was
     (causal, seed, ...), written under the title. ``hidden``: booleans broadcastable to ``weights``' shape, True
     where the request's mask hid the cell (hatched, and named in the legend only when there is one). Values are
-    expected in [0, 1] (the caller checks). ``annotate`` writes each value in its cell with ``decimals``
-    decimals; None means "when the cells are large enough to read".
+    expected in [0, 1] (the caller checks); ``color_scale`` (schemas.heatmap.COLOR_SCALES) says what the
+    brightest colour stands for: 1, each row's largest weight, or the picture's largest. ``annotate`` writes each
+    value in its cell with ``decimals`` decimals; None means "when the cells are large enough to read".
     """
     written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
     n_q, n_k = written.shape[-2:]
@@ -101,7 +102,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     panel_rows = math.ceil(p / columns)
     content_w = max([columns * panel_w, *(text_width(name, ROW_TITLE, bold=True) + GAP for name in row_names_shown)])
 
-    heading, ticks = ["weight"], ["0", "0.25", "0.5", "0.75", "1"]
+    levels, heading, ticks = scaled(panels, color_scale)
     legend_w = legend_width(ticks)
     texts_w = max([text_width(display(title or ""), TITLE, bold=True), text_width(" · ".join(settings), SETTINGS)])
     width = max(MARGIN + content_w + legend_w, min(MAX_TEXT_W, texts_w + 2 * MARGIN))
@@ -111,7 +112,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     key, key_h = legend(width - legend_w, top, heading, ticks, bool(masked.any()))
     height = top + max(panel_rows * (row_title_h + panel_h), key_h + MARGIN)
 
-    index = np.rint(np.clip(panels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
+    index = np.rint(np.clip(levels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
     # Nested lists, not arrays: indexing a list per cell costs a tenth of indexing a numpy array.
     fills = np.where(masked, "url(#masked)", LUT[index]).tolist()
     text_fills = TEXT_LUT[index].tolist()

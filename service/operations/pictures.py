@@ -36,7 +36,8 @@ def heatmap(params: dict[str, Any], limits: Limits) -> str:
     mask = params.get("mask")
     return draw(params["weights"], limits, where={"pointer": "/weights"},
                 **{key: params.get(key) for key in ("row_labels", "col_labels", "title", "annotate")},
-                hidden=None if mask is None else ~mask, decimals=params["decimals"])
+                hidden=None if mask is None else ~mask, color_scale=params["color_scale"],
+                decimals=params["decimals"])
 
 
 def hidden_cells(mask: np.ndarray | None, causal: bool, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -85,11 +86,12 @@ def _drawn(drawing: Drawing, params: Params, result: Result) -> tuple[np.ndarray
     return drawn, options
 
 
-def compute_heatmap(drawing: Drawing, params: Params, result: Result, limits: Limits) -> str:
+def compute_heatmap(drawing: Drawing, params: Params, result: Result, limits: Limits,
+                    color_scale: str = "fixed") -> str:
     """SVG of the weights in an operation's ``result`` (its ``layers``' for a stack), labelled with the tokens if
-    given."""
+    given, on ``color_scale`` (schemas.heatmap.COLOR_SCALES)."""
     weights, options = _drawn(drawing, params, result)
-    return draw(weights, limits, where={"parameter": "format"}, **options)
+    return draw(weights, limits, where={"parameter": "format"}, color_scale=color_scale, **options)
 
 
 # Each demo that shows weights, as the request to an operation that computes exactly its weights (a unit test

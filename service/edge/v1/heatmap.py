@@ -33,9 +33,10 @@ EXAMPLE_SVG = pictures.heatmap(HeatmapRequest().load(EXAMPLE), Limits())  # the 
 def heatmap(params: dict[str, Any]) -> Response:
     """Draw attention weights.
 
-    One heatmap per head (query tokens as rows, key tokens as columns), coloured on a 0..1 scale
-    with its legend; the cells the mask hides are hatched. Each cell carries its value in
-    `data-value` and a hover `<title>`. At most max_heatmap_cells cells (see GET /v1/limits).
+    One heatmap per head (query tokens as rows, key tokens as columns), coloured on a 0..1 scale (or per
+    row, or up to the largest weight: color_scale) with its legend; the cells the mask hides are hatched.
+    Each cell carries its value in `data-value` and a hover `<title>`. At most max_heatmap_cells cells
+    (see GET /v1/limits).
     """
     return svg_response(pictures.heatmap(params, current_limits()))
 

@@ -1,5 +1,5 @@
 """service.operations.heatmap: the SVG is well-formed, complete, escaped, carries the exact values, masks what it
-is told to and lays stacks out one row per layer. (Where its texts land in a real
+is told to, lays stacks out one row per layer and scales the colours as asked. (Where its texts land in a real
 browser: tests/live/test_pictures_browser.py.)"""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_standalone_svg_with_view_box_title_axes_and_legend():
     assert len(root.get("viewBox").split()) == 4 and root.get("width") and root.get("height")
     assert root.find(SVG_NS + "title").text == "Two heads"
     shown = legend_texts(root)
-    assert shown == ["weight", "0", "0.25", "0.5", "0.75", "1"]
+    assert " ".join(shown[:-5]) == "weight, fixed scale 0 to 1" and shown[-5:] == ["0", "0.25", "0.5", "0.75", "1"]
     stops = list(root.iter(SVG_NS + "stop"))
     assert stops[0].get("stop-color") == LUT[0] and stops[-1].get("stop-color") == LUT[255]
     titles = [t.text for t in root.iter(SVG_NS + "text") if t.get("font-weight")]
@@ -121,6 +121,26 @@ def test_the_settings_are_written_under_the_title_and_long_texts_wrap_inside_the
     line_ys = [float(t.get("y")) for t in root.iter(SVG_NS + "text") if t.get("class") in ("title", "settings")]
     first_panel_y = min(float(rect.get("y")) for rect in cells(root))
     assert line_ys == sorted(line_ys) and line_ys[-1] < first_panel_y
+
+
+def test_row_and_max_colour_scales_put_the_brightest_colour_where_they_say():
+    weights = np.array([[[0.1, 0.2, 0.7], [0.02, 0.03, 0.05]]])  # a second row 14 times fainter
+    fills = {scale: [rect.get("fill") for rect in cells(parse(render_heatmap(weights, color_scale=scale)))]
+             for scale in ("fixed", "row", "max")}
+    assert fills["fixed"] == [LUT[round(v * 255)] for v in weights.ravel()]
+    assert fills["row"] == [LUT[round(v * 255)] for v in (1 / 7, 2 / 7, 1.0, 0.4, 0.6, 1.0)]
+    assert fills["max"] == [LUT[round(v / 0.7 * 255)] for v in weights.ravel()]
+    shown = legend_texts(parse(render_heatmap(weights, color_scale="row")))
+    assert " ".join(shown[:-5]) == "row scale: weight ÷ its row's largest"
+    assert shown[-5:] == ["0%", "25%", "50%", "75%", "100%"]
+    heading = legend_texts(parse(render_heatmap(weights, color_scale="max")))
+    assert " ".join(heading[:-5]) == "scale 0 to the picture's largest weight, 0.7"
+    assert heading[-5:] == ["0", "0.175", "0.35", "0.525", "0.7"]  # the ticks in weights
+
+
+def test_a_row_of_zeros_stays_at_the_bottom_of_the_row_scale():
+    fills = [rect.get("fill") for rect in cells(parse(render_heatmap(np.zeros((2, 2)), color_scale="row")))]
+    assert fills == [LUT[0]] * 4
 
 
 def test_hostile_labels_are_escaped_and_control_characters_replaced():

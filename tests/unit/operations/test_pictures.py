@@ -15,13 +15,13 @@ from tests.unit.operations.test_heatmap import SVG_NS, cells, parse, texts
 SENTENCE = ["the", "cat", "ate", "food", "it"]
 
 
-def picture(op: str, body: dict, **path: str):
+def picture(op: str, body: dict, color_scale: str = "fixed", **path: str):
     """The parsed ?format=svg picture of ``body`` sent to operation ``op`` (``path``: its path parameters), and the
     answer it draws."""
     operation = OPERATIONS[op]
     params = {**operation.request().load(body), **path, "format": "svg"}
     result = operation.compute(params, Limits())
-    return parse(pictures.compute_heatmap(operation.drawing, params, result, Limits())), result
+    return parse(pictures.compute_heatmap(operation.drawing, params, result, Limits(), color_scale)), result
 
 
 def masked(root) -> np.ndarray:
@@ -100,6 +100,14 @@ def test_a_models_picture_names_its_layers_heads_and_model():
         "model: all-minilm-l6-v2 · 6 layers × 12 heads, d_model 384 · trained weights (no seed) · positional "
         "encoding: learned · causal: no · input: text · dtype: float32")
     assert not masked(root).any()
+
+
+def test_a_color_scale_reaches_the_picture():
+    root, result = picture("self-attention", {"tokens": SENTENCE, "causal": True}, "row")
+    weights = np.asarray(result["weights"])
+    brightest = [rect for rect in cells(root) if rect.get("fill") == "#fde725"]  # viridis' top
+    assert len(brightest) == 5  # one per row: its largest weight
+    assert [int(rect.get("data-col")) for rect in brightest] == weights.argmax(-1).tolist()
 
 
 def test_every_demo_with_weights_is_pictured_from_a_request_that_computes_them_exactly():

@@ -39,14 +39,24 @@ def test_heatmap_draws_every_head_with_labels(client):
     assert [c.get("fill") for c in cells(root)][1] == "url(#masked)"
 
 
-def test_heatmap_hatches_only_what_its_mask_hides(client):
+def test_heatmap_hatches_only_what_its_mask_hides_and_scales_its_colours_as_asked(client):
     weights = [[0.9, 0.1, 0.0], [0.4, 0.6, 0.0]]  # weights of 0 that only a mask can say are masked
     plain = svg_of(client.post("/v1/heatmap", json={"weights": weights}))
     assert [c.get("class") for c in cells(plain)] == ["cell"] * 6
-    root = svg_of(client.post("/v1/heatmap", json={"weights": weights, "mask": [True, True, False]}))
+    root = svg_of(client.post("/v1/heatmap", json={"weights": weights, "mask": [True, True, False],
+                                                   "color_scale": "row"}))
     assert [c.get("class") for c in cells(root)] == ["cell", "cell", "cell masked"] * 2
-    assert [c.get("fill") for c in cells(root)] == [LUT[round(0.9 * 255)], LUT[round(0.1 * 255)], "url(#masked)",
-                                                     LUT[round(0.4 * 255)], LUT[round(0.6 * 255)], "url(#masked)"]
+    assert [c.get("fill") for c in cells(root)][:2] == [LUT[255], LUT[round(0.1 / 0.9 * 255)]]
+    assert "row scale:" in " ".join(t.text for t in root.iter(SVG_NS + "text"))
+
+
+def test_format_svg_takes_a_color_scale(client):
+    body = {"tokens": SENTENCE, "causal": True}
+    fills = {scale: [c.get("fill") for c in cells(svg_of(client.post(f"/v1/self-attention?format=svg{query}",
+                                                                      json=body)))]
+             for scale, query in (("fixed", ""), ("row", "&color_scale=row"))}
+    assert fills["fixed"][0] == fills["row"][0] == LUT[255]  # the first row's one weight is 1 either way
+    assert fills["row"].count(LUT[255]) == 5 > fills["fixed"].count(LUT[255])  # each row's largest is the top
 
 
 def test_heatmap_defaults_to_position_labels(client):
@@ -71,6 +81,7 @@ def test_heatmap_defaults_to_position_labels(client):
     ({"weights": [[0.5, 0.5]], "mask": [True, False, True]}, "/mask"),
     ({"weights": [[0.5, 0.5]], "mask": [[True, "no"]]}, "/mask/0/1"),
     ({"weights": [[1.0, 0.0], [0.3, 0.7]], "mask": [True, False]}, "/weights/1/1"),  # a masked cell weighs 0
+    ({"weights": [[0.5]], "color_scale": "log"}, "/color_scale"),
 ])
 def test_heatmap_refuses_invalid_requests(client, body, pointer):
     assert_problem(client.post("/v1/heatmap", json=body), 422, pointer)
@@ -144,6 +155,7 @@ def test_format_json_is_the_default_and_other_formats_are_refused(client):
     assert client.post("/v1/self-attention?format=json", json=body).get_json() == \
         client.post("/v1/self-attention", json=body).get_json()
     assert_problem(client.post("/v1/self-attention?format=png", json=body), 422, "format")
+    assert_problem(client.post("/v1/self-attention?format=svg&color_scale=log", json=body), 422, "color_scale")
     assert_problem(client.post("/v1/self-attention?format=svg", json={"tokens": ["dog"]}), 422, "/tokens/0")
 
 
