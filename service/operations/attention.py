@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attention as engine
 from service.operations import sizes
-from service.operations.inputs import EngineCall, Result, answer, cast
+from service.operations.inputs import EngineCall, Result, answer, cast, masking
 from service.operations.limits import Limits
 from service.operations.sizes import Along, Params, Work
 from service.problems import pointer
@@ -41,3 +41,9 @@ def compute(params: Params, limits: Limits) -> Result:
 def _culprits(params: Params) -> list[str]:
     """Scores that overflowed are q . k * scale: any of the three may be too large (the engine says "query")."""
     return [pointer(name) for name in ("query", "key", "scale") if name != "scale" or params["scale"] is not None]
+
+
+def settings(params: Params, result: Result) -> list[str]:
+    """The run's settings a picture of its weights states: the scale (given, or 1/sqrt(d_k)), causal, the mask."""
+    scale = params["scale"]
+    return [f"scale: 1/√{params['query'].shape[-1]}" if scale is None else f"scale: {scale:g}", *masking(params)]

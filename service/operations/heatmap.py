@@ -1,58 +1,46 @@
-"""Attention weights drawn as a standalone SVG heatmap: one panel per head, a 0..1 colour legend.
+"""Attention weights drawn as a standalone SVG heatmap: panels of (n_q, n_k) weights and a colour legend.
 
 Pure (numpy and strings, no Flask), so any endpoint or a script can draw. The SVG is built as a
 list of strings joined once (one element per line); colours come from a 256-entry lookup table indexed with numpy, so
 the only per-cell Python is emitting each cell's markup. Labels are user input: they are escaped
 and their control characters replaced (those are illegal in XML 1.0 even when escaped).
+Every text is placed by its width as DejaVu Sans draws it (:func:`text_width`; the widest of the usual sans-serif
+fonts): titles and the legend wrap, margins and panels grow to fit their labels, so no text runs out of the picture.
 Every cell is ``<rect class="cell" data-row data-col data-value>`` with a ``<title>`` (hover
 text, screen readers); ``data-value`` is the weight as the JSON answers write it (orjson's shortest
 round-trip text, in the weights' own precision: float32 answers have float32's shorter digits).
-Exact zeros (masked cells) are hatched, not coloured.
+Masked cells (``hidden``: what the request's mask or causal flag hid, never guessed from a 0) are hatched and of
+class ``cell masked``; a weight that is merely 0 has the colour of 0.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 import numpy as np
 import orjson
 
-# viridis (perceptually uniform, colour-blind safe, dark -> light) sampled at 0, 1/8, ..., 1.
-_ANCHORS = ("440154", "482878", "3e4989", "31688e", "26828e", "1f9e89", "35b779", "6ece58", "fde725")
-_RGB = np.array([[int(h[i:i + 2], 16) for i in (0, 2, 4)] for h in _ANCHORS], dtype=float)  # (9, 3)
-_LEVELS = np.linspace(0.0, 1.0, 256)
-_LUT_RGB = np.stack([np.interp(_LEVELS, np.linspace(0, 1, len(_ANCHORS)), _RGB[:, c]) for c in range(3)], -1)
-LUT = np.array(["#{:02x}{:02x}{:02x}".format(*rgb) for rgb in np.rint(_LUT_RGB).astype(int)])  # (256,) fills
-# Dark text on the light end of the scale, white on the dark end (relative luminance > 0.4).
-_LUMINANCE = (_LUT_RGB / 255) @ np.array([0.2126, 0.7152, 0.0722])
-TEXT_LUT = np.where(_LUMINANCE > 0.4, "#111", "#fff")
+from service.operations.palette import DEFS, LUT, TEXT_LUT, legend, legend_width, scaled
+from service.operations.svgtext import clean, display, num, text_width, wrap
 
-# XML 1.0 forbids C0 controls but tab/LF/CR, lone surrogates and U+FFFE/U+FFFF; C1 controls are
-# allowed but invisible. A label shows them as U+FFFD; tab/LF/CR become spaces (one-line labels).
-_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_WHITESPACE = re.compile("[\t\n\r]")
 MAX_SHOWN_CHARS = 14  # longer labels are shortened on screen; the full text stays in the hover title
-
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
-MASKED = "#d9d9d9"
-LEGEND_H = 230.0  # colour bar, ticks and the masked swatch
 
-
-def clean(text: str) -> str:
-    """``text`` safe inside XML text and attributes: control characters replaced, then escaped."""
-    return escape(_ILLEGAL.sub("\ufffd", _WHITESPACE.sub(" ", text)), {'"': "&quot;"})
+# Type sizes (px) and the height of the line each takes.
+TITLE, TITLE_LINE = 17.0, 22.0
+SETTINGS, SETTINGS_LINE = 12.0, 16.0
+ROW_TITLE, ROW_TITLE_H = 14.0, 24.0
+PANEL_TITLE, PANEL_TITLE_H = 13.0, 20.0
+AXIS, AXIS_H = 11.0, 16.0
+MARGIN, GAP = 12.0, 24.0      # around the picture; between panels
+MAX_TEXT_W = 720.0            # a long title widens a narrow picture up to this, then wraps
+QUERIES, KEYS = "queries ↓", "keys →"
 
 
 def _shown(label: str) -> str:
     return label if len(label) <= MAX_SHOWN_CHARS else label[:MAX_SHOWN_CHARS - 1] + "…"
-
-
-def _text_width(chars: int, size: float) -> float:
-    """Approximate width of ``chars`` characters of a sans-serif font at ``size`` px."""
-    return chars * size * 0.6
 
 
 def _as_written(panels: np.ndarray) -> list[list[list[str]]]:
@@ -61,122 +49,138 @@ def _as_written(panels: np.ndarray) -> list[list[list[str]]]:
             for panel in panels]
 
 
-def _num(value: float) -> str:
-    return f"{value:.1f}".rstrip("0").rstrip(".")
-
-
 def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = None,
                    col_labels: Sequence[str] | None = None, title: str | None = None,
-                   panel_titles: Sequence[str] | None = None, annotate: bool | None = None,
-                   decimals: int = 2, columns: int | None = None) -> str:
-    """The SVG document of ``weights`` (n_q, n_k) or (p, n_q, n_k): one heatmap panel per leading index.
+                   settings: Sequence[str] = (), panel_titles: Sequence[str] | None = None,
+                   row_titles: Sequence[str] | None = None, hidden: np.ndarray | None = None,
+                   color_scale: str = "fixed", annotate: bool | None = None, decimals: int = 2) -> str:
+    """The SVG document of ``weights``: one panel (n_q, n_k), p panels (p, n_q, n_k) in rows as many as fit in
+    1200 px, or r rows of c panels (r, c, n_q, n_k) (a stack: one row per layer, its heads along it).
 
     Rows are queries (``row_labels``, n_q of them), columns keys (``col_labels``, n_k); both default to
-    positions 0..n-1. ``panel_titles`` (p of them) default to "head i" for 3-d input. Values are
-    expected in [0, 1] (the caller checks). ``annotate`` writes each value in its cell with
-    ``decimals`` decimals; None means "when the cells are large enough to read". ``columns``: panels per
-    row (default as many as fit in 1200 px; a model's answer: its heads, one row per layer).
+    positions 0..n-1. ``panel_titles``: p of them for 3-d input (default "head i"), c for 4-d (the same in each
+    row, default "head j"). ``row_titles``: r, above each row of a 4-d input. ``settings``: what the run was
+    (causal, seed, ...), written under the title. ``hidden``: booleans broadcastable to ``weights``' shape, True
+    where the request's mask hid the cell (hatched, and named in the legend only when there is one). Values are
+    expected in [0, 1] (the caller checks); ``color_scale`` (schemas.heatmap.COLOR_SCALES) says what the
+    brightest colour stands for: 1, each row's largest weight, or the picture's largest. ``annotate`` writes each
+    value in its cell with ``decimals`` decimals; None means "when the cells are large enough to read".
     """
     written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
-    weights = written.astype(np.float64, copy=False)
-    panels = weights[None] if weights.ndim == 2 else weights  # (p, n_q, n_k)
-    p, n_q, n_k = panels.shape
+    n_q, n_k = written.shape[-2:]
+    panels = written.astype(np.float64, copy=False).reshape(-1, n_q, n_k)  # (p, n_q, n_k)
+    p = len(panels)
+    masked = (np.zeros(panels.shape, dtype=bool) if hidden is None
+              else np.broadcast_to(hidden, written.shape).reshape(panels.shape))
     row_names = [str(label) for label in row_labels] if row_labels is not None else [str(i) for i in range(n_q)]
     col_names = [str(label) for label in col_labels] if col_labels is not None else [str(j) for j in range(n_k)]
     if panel_titles is None:
-        panel_titles = [f"head {i}" for i in range(p)] if weights.ndim == 3 else [""]
+        panel_titles = [f"head {i}" for i in range(written.shape[-3])] if written.ndim > 2 else [""]
     rows, cols = [clean(name) for name in row_names], [clean(name) for name in col_names]
-    shown_rows, shown_cols = [clean(_shown(name)) for name in row_names], [clean(_shown(name)) for name in col_names]
+    shown_rows = [display(_shown(name)) for name in row_names]
+    shown_cols = [display(_shown(name)) for name in col_names]
 
-    # Geometry: cells shrink with the token count but stay readable (14 px at 64 tokens, up to 44 px).
+    # Geometry: cells shrink with the token count but stay readable (14 px at 64 tokens, up to 44 px); margins,
+    # panels and the legend are as wide as their texts.
     cell = float(min(44, max(14, round(560 / max(n_q, n_k)))))
     label_font = min(13.0, max(9.0, cell * 0.5))
     if annotate is None:
         annotate = cell >= 30
-    value_chars = decimals + 2
-    value_font = min(12.0, cell * 0.34, (cell - 4) / (value_chars * 0.6))
-    left = _text_width(max(len(_shown(name)) for name in row_names), label_font) + 10
-    top_labels = _text_width(max(len(_shown(name)) for name in col_names), label_font) + 10
-    panel_title_h = 22.0 if any(panel_titles) else 0.0
+    value_font = min(12.0, cell * 0.34, (cell - 4) / text_width("0." + "0" * decimals, 1.0))
+    left = max(max(text_width(label, label_font) for label in shown_rows), text_width(QUERIES, AXIS)) + 10
+    top_labels = max(text_width(label, label_font) for label in shown_cols) + 10
+    panel_title_h = PANEL_TITLE_H if any(panel_titles) else 0.0
     grid_w, grid_h = n_k * cell, n_q * cell
-    panel_w, panel_h = left + grid_w + 24, panel_title_h + top_labels + grid_h + 24
-    columns = max(1, min(p, columns or int(1200 // panel_w)))
-    title_h = 34.0 if title else 8.0
-    legend_w = 110.0
-    width = columns * panel_w + legend_w
-    height = title_h + max(math.ceil(p / columns) * panel_h, LEGEND_H) + 8
+    widest_title = max(text_width(display(name), PANEL_TITLE, bold=True) for name in panel_titles)
+    panel_w = max(left + grid_w, left + text_width(KEYS, AXIS), widest_title) + GAP
+    panel_h = panel_title_h + AXIS_H + top_labels + grid_h + GAP
+    if written.ndim == 4:
+        columns, row_names_shown = written.shape[1], [display(name) for name in row_titles or ()]
+    else:
+        columns, row_names_shown = max(1, min(p, int(1200 // panel_w))), []
+    row_title_h = ROW_TITLE_H if row_names_shown else 0.0
+    panel_rows = math.ceil(p / columns)
+    content_w = max([columns * panel_w, *(text_width(name, ROW_TITLE, bold=True) + GAP for name in row_names_shown)])
 
-    levels = np.rint(np.clip(panels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
-    fills = np.where(panels == 0.0, "url(#masked)", LUT[levels])
-    text_fills = np.where(panels == 0.0, "#333", TEXT_LUT[levels])
+    levels, heading, ticks = scaled(panels, color_scale)
+    legend_w = legend_width(ticks)
+    texts_w = max([text_width(display(title or ""), TITLE, bold=True), text_width(" · ".join(settings), SETTINGS)])
+    width = max(MARGIN + content_w + legend_w, min(MAX_TEXT_W, texts_w + 2 * MARGIN))
+    title_lines = wrap(display(title), width - 2 * MARGIN, TITLE, bold=True) if title else []
+    settings_lines = wrap(" · ".join(settings), width - 2 * MARGIN, SETTINGS) if settings else []
+    top = MARGIN + len(title_lines) * TITLE_LINE + len(settings_lines) * SETTINGS_LINE + (6 if title_lines else 0)
+    key, key_h = legend(width - legend_w, top, heading, ticks, bool(masked.any()))
+    height = top + max(panel_rows * (row_title_h + panel_h), key_h + MARGIN)
+
+    index = np.rint(np.clip(levels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
+    # Nested lists, not arrays: indexing a list per cell costs a tenth of indexing a numpy array.
+    fills = np.where(masked, "url(#masked)", LUT[index]).tolist()
+    text_fills = TEXT_LUT[index].tolist()
+    classes = np.where(masked, "cell masked", "cell").tolist()
+    notes = np.where(masked, " (masked)", "").tolist()
+    unmasked = (~masked).tolist()
     values = panels.tolist() if annotate else None  # python floats, for the rounded text written in the cells
     texts = _as_written(written.reshape(panels.shape))  # what the JSON answer says (float32: its own shortest text)
-    fmt = f"{{:.{decimals}f}}"
+    fmt, size = f"{{:.{decimals}f}}", num(cell)
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_num(width)} {_num(height)}" '
-        f'width="{_num(width)}" height="{_num(height)}" font-family="{FONT}">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {num(width)} {num(height)}" '
+        f'width="{num(width)}" height="{num(height)}" font-family="{FONT}">',
         f"<title>{clean(title or 'Attention weights')}</title>",
-        '<defs><pattern id="masked" width="6" height="6" patternUnits="userSpaceOnUse" '
-        f'patternTransform="rotate(45)"><rect width="6" height="6" fill="{MASKED}"/>'
-        '<line x1="0" y1="0" x2="0" y2="6" stroke="#9a9a9a" stroke-width="2"/></pattern>'
-        '<linearGradient id="scale" x1="0" y1="1" x2="0" y2="0">',
-        *(f'<stop offset="{v:.2f}" stop-color="{LUT[round(v * 255)]}"/>' for v in np.linspace(0, 1, 11)),
-        "</linearGradient></defs>",
+        *DEFS,
         '<rect width="100%" height="100%" fill="#fff"/>',
     ]
-    if title:
-        parts.append(f'<text x="12" y="24" font-size="17" font-weight="600" fill="#111">{clean(title)}</text>')
-    for index in range(p):
-        x0 = (index % columns) * panel_w + 8
-        y0 = title_h + (index // columns) * panel_h
-        gx, gy = x0 + left, y0 + panel_title_h + top_labels  # grid origin
-        parts.append(f'<g class="panel" data-panel="{index}">')
-        if panel_titles[index]:
-            parts.append(f'<text x="{_num(gx)}" y="{_num(y0 + 15)}" font-size="14" font-weight="600" '
-                         f'fill="#111">{clean(panel_titles[index])}</text>')
+    y = MARGIN
+    for line in title_lines:
+        y += TITLE_LINE
+        parts.append(f'<text class="title" x="{num(MARGIN)}" y="{num(y - 5)}" font-size="{num(TITLE)}" '
+                     f'font-weight="600" fill="#111">{escape(line)}</text>')
+    for line in settings_lines:
+        y += SETTINGS_LINE
+        parts.append(f'<text class="settings" x="{num(MARGIN)}" y="{num(y - 4)}" font-size="{num(SETTINGS)}" '
+                     f'fill="#444">{escape(line)}</text>')
+    for i_panel in range(p):
+        x0 = (i_panel % columns) * panel_w + MARGIN
+        y0 = top + (i_panel // columns) * (row_title_h + panel_h) + row_title_h
+        if row_names_shown and i_panel % columns == 0:  # a row's title before its panels, as it is read
+            parts.append(f'<text class="row-title" x="{num(MARGIN)}" y="{num(y0 - row_title_h + 17)}" '
+                         f'font-size="{num(ROW_TITLE)}" font-weight="600" fill="#111">'
+                         f"{escape(row_names_shown[i_panel // columns])}</text>")
+        gx, gy = x0 + left, y0 + panel_title_h + AXIS_H + top_labels  # grid origin
+        parts.append(f'<g class="panel" data-panel="{i_panel}">')
+        name = panel_titles[i_panel % len(panel_titles)]
+        if name:
+            parts.append(f'<text x="{num(x0)}" y="{num(y0 + 15)}" font-size="{num(PANEL_TITLE)}" font-weight="600" '
+                         f'fill="#111">{clean(name)}</text>')
         for i, label in enumerate(shown_rows):
-            parts.append(f'<text x="{_num(gx - 6)}" y="{_num(gy + (i + 0.5) * cell)}" font-size="{_num(label_font)}"'
-                         f' text-anchor="end" dominant-baseline="central" fill="#222">{label}</text>')
+            parts.append(f'<text x="{num(gx - 6)}" y="{num(gy + (i + 0.5) * cell)}" font-size="{num(label_font)}"'
+                         f' text-anchor="end" dominant-baseline="central" fill="#222">{escape(label)}</text>')
         for j, label in enumerate(shown_cols):
             cx, cy = gx + (j + 0.5) * cell, gy - 6
-            parts.append(f'<text transform="translate({_num(cx)} {_num(cy)}) rotate(-90)" '
-                         f'font-size="{_num(label_font)}" dominant-baseline="central" fill="#222">{label}</text>')
-        panel_fills, panel_text = fills[index], text_fills[index]
-        panel_texts = texts[index]
+            parts.append(f'<text transform="translate({num(cx)} {num(cy)}) rotate(-90)" '
+                         f'font-size="{num(label_font)}" dominant-baseline="central" fill="#222">'
+                         f'{escape(label)}</text>')
+        # Which axis is which, after the labels: a panel's texts start with its title and labels, as before.
+        parts.append(f'<text class="axis" x="{num(gx)}" y="{num(gy - top_labels - 4)}" font-size="{num(AXIS)}" '
+                     f'fill="#555">{KEYS}</text>'
+                     f'<text class="axis" x="{num(gx - 6)}" y="{num(gy - 4)}" font-size="{num(AXIS)}" '
+                     f'text-anchor="end" fill="#555">{QUERIES}</text>')
+        xs, centres = [num(gx + j * cell) for j in range(n_k)], [num(gx + (j + 0.5) * cell) for j in range(n_k)]
         parts.append('<g stroke="#fff" stroke-width="0.5">')  # thin gaps between cells, inherited
         for i in range(n_q):
-            y = _num(gy + i * cell)
+            y, middle = num(gy + i * cell), num(gy + (i + 0.5) * cell)
+            row_fills, row_text, row_unmasked = fills[i_panel][i], text_fills[i_panel][i], unmasked[i_panel][i]
+            row_classes, row_notes, row_texts = classes[i_panel][i], notes[i_panel][i], texts[i_panel][i]
             for j in range(n_k):
-                text = panel_texts[i][j]
-                parts.append(f'<rect class="cell" x="{_num(gx + j * cell)}" y="{y}" width="{_num(cell)}" '
-                             f'height="{_num(cell)}" fill="{panel_fills[i][j]}" '
-                             f'data-row="{i}" data-col="{j}" data-value="{text}">'
-                             f"<title>{rows[i]} → {cols[j]}: {text}</title></rect>")
-                if annotate:
-                    parts.append(f'<text x="{_num(gx + (j + 0.5) * cell)}" y="{_num(gy + (i + 0.5) * cell)}" '
-                                 f'font-size="{_num(value_font)}" text-anchor="middle" dominant-baseline="central" '
-                                 f'fill="{panel_text[i][j]}" stroke="none">{fmt.format(values[index][i][j])}</text>')
+                text = row_texts[j]
+                parts.append(f'<rect class="{row_classes[j]}" x="{xs[j]}" y="{y}" width="{size}" height="{size}" '
+                             f'fill="{row_fills[j]}" data-row="{i}" data-col="{j}" data-value="{text}">'
+                             f"<title>{rows[i]} → {cols[j]}: {text}{row_notes[j]}</title></rect>")
+                if annotate and row_unmasked[j]:
+                    parts.append(f'<text x="{centres[j]}" y="{middle}" font-size="{num(value_font)}" '
+                                 'text-anchor="middle" dominant-baseline="central" '
+                                 f'fill="{row_text[j]}" stroke="none">{fmt.format(values[i_panel][i][j])}</text>')
         parts.append("</g></g>")
-    parts.extend(_legend(width - legend_w + 14, title_h + 8))
+    parts.extend(key)
     parts.append("</svg>\n")
     return "\n".join(parts)  # one element per line: readable when saved or shown as an example
-
-
-def _legend(x: float, y: float) -> list[str]:
-    """The colour bar (0 at the bottom, 1 at the top) and the swatch for masked / zero cells."""
-    bar_h = LEGEND_H - 62
-    y += 8
-    parts = [f'<g class="legend"><text x="{_num(x)}" y="{_num(y)}" font-size="12" fill="#222">weight</text>',
-             f'<rect x="{_num(x)}" y="{_num(y + 14)}" width="16" height="{_num(bar_h)}" fill="url(#scale)" '
-             'stroke="#888" stroke-width="0.5"/>']
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        ty = y + 14 + (1 - tick) * bar_h
-        parts.append(f'<line x1="{_num(x + 16)}" y1="{_num(ty)}" x2="{_num(x + 21)}" y2="{_num(ty)}" stroke="#444"/>'
-                     f'<text x="{_num(x + 24)}" y="{_num(ty)}" font-size="11" dominant-baseline="central" '
-                     f'fill="#222">{tick:g}</text>')
-    sy = y + 14 + bar_h + 16
-    parts.append(f'<rect x="{_num(x)}" y="{_num(sy)}" width="16" height="16" fill="url(#masked)" stroke="#888" '
-                 f'stroke-width="0.5"/><text x="{_num(x + 22)}" y="{_num(sy + 8)}" font-size="11" '
-                 'dominant-baseline="central" fill="#222">0 / masked</text></g>')
-    return parts

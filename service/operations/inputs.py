@@ -75,6 +75,12 @@ def sentence(params: Params) -> np.ndarray:
     return cast(x, params["dtype"], input_member(params))
 
 
+def masking(params: Params) -> list[str]:
+    """The request's causal flag, mask and precision as a picture of its weights states them."""
+    mask = "given" if params.get("mask") is not None else "none"
+    return [f"causal: {'yes' if params['causal'] else 'no'}", f"mask: {mask}", f"dtype: {params['dtype']}"]
+
+
 def explicit_weights(params: Params) -> dict[str, np.ndarray]:
     """The explicit weights, if any, in the requested precision (float32: within its range)."""
     return {name: cast(w, params["dtype"], f"weights.{name}") for name, w in (params.get("weights") or {}).items()}

@@ -16,6 +16,7 @@ from service.operations.inputs import (
     answer,
     explicit_weights,
     input_member,
+    masking,
     sentence,
     sentence_dims,
     sentence_shape,
@@ -146,3 +147,29 @@ def compute_encoder(params: Params, limits: Limits) -> Result:
                 for t in layers]}
         output, weights = encoder(x, return_weights=params["return_weights"], **options)
         return {"output": output, "layers": [{"weights": w} for w in weights]}
+
+
+def settings(params: Params, result: Result) -> list[str]:
+    """The run's settings a picture of a layer's weights states: its widths, the seed (or explicit weights),
+    positional encoding, causal, the mask."""
+    d_model = sentence_shape(params)[2]
+    widths = [f"d_model: {d_model}"]
+    if "n_layers" in params:
+        widths += [f"layers: {params['n_layers']}", f"d_ff: {params.get('d_ff', 4 * d_model)}"]
+    if "n_heads" in params:
+        widths.append(f"heads: {params['n_heads']}")
+    else:
+        widths.append(f"d_k: {width_of_self_attention(params) or d_model}")
+    drawn = "weights: given" if params.get("weights") else f"seed: {params['seed']}"
+    encoded = "yes" if params["positional_encoding"] else "no"
+    return [*widths, drawn, f"positional encoding: {encoded}", *masking(params)]
+
+
+def heads_mask(params: Params) -> np.ndarray | None:
+    """The request's mask as it lies over multi-head weights (B?, h, n, n): a mask shared by the heads gains their
+    axis (as attention.layers reads it); one with a head axis already (engine.is_per_head) is as it is."""
+    mask = params["mask"]
+    x_ndim = 2 if "tokens" in params else params["embeddings"].ndim
+    if mask is None or mask.ndim < 2 or engine.is_per_head(mask.ndim, x_ndim):
+        return mask
+    return mask[..., None, :, :]

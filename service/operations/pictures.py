@@ -1,30 +1,27 @@
 """What the heatmaps show: a request's weights, a compute answer's weights, a demo's weights.
 
-Pure functions (no Flask) returning SVG text; each checks ``max_heatmap_cells`` before drawing.
+Pure functions (no Flask) returning SVG text; each checks ``max_heatmap_cells`` before drawing. A compute answer is
+drawn with what its operation's ``drawing`` (service.operations.registry) says of the run: the settings written
+under the title and the cells its request hid (its mask, causal), so a picture never guesses them from the values.
 """
 
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 import attention as engine
 from service.operations.heatmap import render_heatmap
+from service.operations.inputs import Result
 from service.operations.limits import Limits
-
-
-class Drawing(NamedTuple):
-    """How an operation's weights are titled and how their leading axes are named (the registry's ``drawing``)."""
-
-    title: str
-    before_batch: tuple[str, ...]  # leading axes before the optional batch axis
-    after_batch: tuple[str, ...]   # ... and after it
+from service.operations.registry import OPERATIONS, Drawing
+from service.operations.sizes import Params
 
 
 def draw(weights: np.ndarray, limits: Limits, *, where: dict[str, str], **options: Any) -> str:
-    """SVG of ``weights`` (n_q, n_k) or (p, n_q, n_k), refused (422) past ``max_heatmap_cells``.
+    """SVG of ``weights`` (n_q, n_k), (p, n_q, n_k) or (r, c, n_q, n_k), refused (422) past ``max_heatmap_cells``.
 
     ``where`` locates the culprit in the request for the error: ``{"pointer": ...}`` or
     ``{"parameter": ...}``. ``options`` go to :func:`render_heatmap`.
@@ -34,50 +31,96 @@ def draw(weights: np.ndarray, limits: Limits, *, where: dict[str, str], **option
 
 
 def heatmap(params: dict[str, Any], limits: Limits) -> str:
-    """POST /v1/heatmap: validated params (schemas.heatmap.HeatmapRequest) -> SVG."""
+    """POST /v1/heatmap: validated params (schemas.heatmap.HeatmapRequest) -> SVG. Its ``mask`` (true = may
+    attend) says which cells are masked."""
+    mask = params.get("mask")
     return draw(params["weights"], limits, where={"pointer": "/weights"},
                 **{key: params.get(key) for key in ("row_labels", "col_labels", "title", "annotate")},
+                hidden=None if mask is None else ~mask, color_scale=params["color_scale"],
                 decimals=params["decimals"])
 
 
-def panel_titles(leading: tuple[int, ...], axes: tuple[str, ...]) -> list[str]:
-    """"layer 0 · head 1"-style titles for every index of the leading axes (C order)."""
-    return [" · ".join(f"{axis} {i}" for axis, i in zip(axes, index, strict=True)) for index in np.ndindex(*leading)]
+def hidden_cells(mask: np.ndarray | None, causal: bool, shape: tuple[int, ...]) -> np.ndarray | None:
+    """True where the engine hid a cell of weights of ``shape`` (..., n_q, n_k): where ``mask`` (broadcast from the
+    right, true = may attend) is false or, with ``causal``, a key comes after its query. None: nothing is hidden."""
+    if mask is None and not causal:
+        return None
+    allowed = np.ones(shape[-2:], dtype=bool) if mask is None else mask
+    if causal:
+        allowed = allowed & np.tri(*shape[-2:], dtype=bool)  # key j is visible to query i iff j <= i
+    return ~np.broadcast_to(allowed, shape)
 
 
-def compute_heatmap(drawing: Drawing, params: dict[str, Any], result: dict[str, Any], limits: Limits) -> str:
-    """SVG of the weights in an operation's ``result`` (its ``layers``' for a stack), labelled with the tokens if
-    given. A model's layers say which layer and heads they are: one row of panels per layer, titled by them."""
-    layout = {}
+def panel_titles(leading: tuple[int, ...], axes: tuple[str, ...], values: dict[str, list[int]]) -> list[str]:
+    """"layer 0 · batch 1"-style titles for every index of the leading axes (C order); ``values`` names an axis's
+    indices when they are not 0, 1, ... (a model's selected layers)."""
+    return [" · ".join(f"{axis} {values.get(axis, range(size))[i]}" for axis, i, size in zip(axes, index, leading,
+                                                                                           strict=True))
+            for index in np.ndindex(*leading)]
+
+
+def _drawn(drawing: Drawing, params: Params, result: Result) -> tuple[np.ndarray, dict[str, Any]]:
+    """The weights of a compute answer as they are drawn, and how (render_heatmap's options). Heads go along a row,
+    one row per layer and batch item; without a head axis the batch items wrap as they fit."""
     if "layers" in result:
         weights = np.stack([layer["weights"] for layer in result["layers"]])  # (L, B?, h, n, n)
     else:
         weights = np.asarray(result["weights"])  # (B?, h?, n_q, n_k)
-    if result.get("layers") and "heads" in result["layers"][0]:
-        layers = result["layers"]
-        titles = [f"layer {layer['layer']} · head {head}" for layer in layers for head in layer["heads"]]
-        layout["columns"] = len(layers[0]["heads"])
-    else:
-        named = len(drawing.before_batch) + len(drawing.after_batch)
-        batch = ("batch",) if weights.ndim - 2 > named else ()
-        titles = panel_titles(weights.shape[:-2], (*drawing.before_batch, *batch, *drawing.after_batch))
+    named = len(drawing.before_batch) + len(drawing.after_batch)
+    axes = (*drawing.before_batch, *(("batch",) if weights.ndim - 2 > named else ()), *drawing.after_batch)
+    values = {}
+    if result.get("layers") and "heads" in result["layers"][0]:  # a model's selected layers and heads
+        values = {"layer": [layer["layer"] for layer in result["layers"]], "head": result["layers"][0]["heads"]}
+    hidden = hidden_cells(drawing.mask(params), params.get("causal", False), weights.shape)
     tokens = result.get("tokens") or params.get("tokens")
-    return draw(weights.reshape(-1, *weights.shape[-2:]), limits, where={"parameter": "format"},
-                row_labels=tokens, col_labels=tokens, title=drawing.title, panel_titles=titles, **layout)
+    options = {"row_labels": tokens, "col_labels": tokens, "title": drawing.title,
+               "settings": drawing.settings(params, result)}
+    if axes[-1:] == ("head",):
+        drawn = weights.reshape(-1, *weights.shape[-3:])  # (rows, h, n, n)
+        options["panel_titles"] = panel_titles(weights.shape[-3:-2], ("head",), values)
+        options["row_titles"] = panel_titles(weights.shape[:-3], axes[:-1], values) if weights.ndim > 3 else None
+    else:
+        drawn = weights.reshape(-1, *weights.shape[-2:])  # (p, n_q, n_k)
+        options["panel_titles"] = panel_titles(weights.shape[:-2], axes, values)
+    options["hidden"] = None if hidden is None else hidden.reshape(drawn.shape)
+    return drawn, options
+
+
+def compute_heatmap(drawing: Drawing, params: Params, result: Result, limits: Limits,
+                    color_scale: str = "fixed") -> str:
+    """SVG of the weights in an operation's ``result`` (its ``layers``' for a stack), labelled with the tokens if
+    given, on ``color_scale`` (schemas.heatmap.COLOR_SCALES)."""
+    weights, options = _drawn(drawing, params, result)
+    return draw(weights, limits, where={"parameter": "format"}, color_scale=color_scale, **options)
+
+
+# Each demo that shows weights, as the request to an operation that computes exactly its weights (a unit test
+# checks they are equal bit for bit), so its picture states the settings and the mask as that answer's would.
+_EMBEDDINGS = engine.embed(engine.demos.SENTENCE).tolist()
+DEMO_REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "lookup": ("attention", {"query": _EMBEDDINGS[-1:], "key": _EMBEDDINGS, "value": _EMBEDDINGS}),
+    "causal-mask": ("self-attention", {"tokens": engine.demos.SENTENCE, "seed": 3, "positional_encoding": True,
+                                       "causal": True}),
+    "multi-head": ("multi-head-attention", {"tokens": engine.demos.SENTENCE, "d_model": 8, "n_heads": 4,
+                                            "positional_encoding": True, "causal": True}),
+}
 
 
 @cache
 def demo_heatmap(name: str) -> str | None:
-    """SVG of demo ``name``'s weights (tokens as labels); None for a demo without weights."""
-    demo = engine.DEMOS[name]
-    result = demo.run()
-    if "weights" not in result:
+    """SVG of demo ``name``'s weights (tokens as labels); None for a demo without weights. The weights are the
+    demo's own (no request is computed: the API's work metrics count only requests)."""
+    if name not in DEMO_REQUESTS:
         return None
-    tokens = list(result["tokens"])
-    rows = [result["query_token"]] if "query_token" in result else tokens  # lookup: one query row
-    return render_heatmap(np.asarray(result["weights"]), row_labels=rows, col_labels=tokens, title=demo.title)
+    demo, (op_name, body) = engine.DEMOS[name], DEMO_REQUESTS[name]
+    drawing = OPERATIONS[op_name].drawing
+    params = OPERATIONS[op_name].request().load(body)
+    weights, options = _drawn(drawing, params, {"weights": demo.run()["weights"]})
+    tokens = list(engine.demos.SENTENCE)
+    rows = tokens if "tokens" in body else tokens[-1:]  # lookup: the one query, "it"
+    return render_heatmap(weights, **{**options, "title": demo.title, "row_labels": rows, "col_labels": tokens})
 
 
 def demos_with_heatmaps() -> list[str]:
     """Names of the demos that show attention weights."""
-    return [name for name in engine.DEMOS if demo_heatmap(name) is not None]
+    return [name for name in engine.DEMOS if name in DEMO_REQUESTS]

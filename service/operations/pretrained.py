@@ -169,3 +169,14 @@ def _traced_layer(index: int, heads: list[int], trace: engine.EncoderLayerTrace)
     stages = {name: array[0] for name, array in trace.as_dict().pop("attention").items()}
     layer = {name: array[0] for name, array in trace.as_dict().items() if name != "attention"}
     return {"layer": index, "heads": heads, "weights": stages["weights"], "trace": {"attention": stages, **layer}}
+
+
+def settings(params: Params, result: Result) -> list[str]:
+    """The run's settings a picture of the model's weights states: the model, its size, its trained weights and
+    learned positions, no causal mask, the precision."""
+    model = lookup(params["model"])
+    config = model.config
+    texts = "text and text_pair" if "text_pair" in params else "text"
+    return [f"model: {model.name}", f"{config.n_layers} layers × {config.n_heads} heads, d_model {config.d_model}",
+            "trained weights (no seed)", "positional encoding: learned", "causal: no", f"input: {texts}",
+            f"dtype: {params['dtype']}"]

@@ -31,7 +31,6 @@ from schemas.v2 import AttentionParameters, MultiHeadParameters
 from service.operations import attention, layers, pretrained, reference
 from service.operations.catalogue import DEFAULT_NAME
 from service.operations.limits import Limits
-from service.operations.pictures import Drawing
 from service.operations.sizes import Params, Work
 
 Result = dict[str, Any]
@@ -82,6 +81,25 @@ class Grouping:
 
     key: Callable[[Params], Hashable | None]
     compute: Callable[[list[Params], Limits], list[Result]]
+
+
+def request_mask(params: Params) -> np.ndarray | None:
+    """The request's ``mask`` as it is (None without one): it lies over the weights broadcast from the right."""
+    return params.get("mask")
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """How an operation's weights are drawn (service.operations.pictures): the title, the names of the leading axes
+    of its weights (``before_batch`` and ``after_batch`` the optional batch axis), ``settings(params, result)``: the
+    run's settings, written in the picture, and ``mask(params)``: the request's mask (true = may attend) as it lies
+    over the weights; the params' ``causal`` hides the rest."""
+
+    title: str
+    before_batch: tuple[str, ...]
+    after_batch: tuple[str, ...]
+    settings: Callable[[Params, Result], list[str]]
+    mask: Callable[[Params], np.ndarray | None] = request_mask
 
 
 @dataclass(frozen=True)
@@ -142,8 +160,8 @@ seed's demo 1: the query "it" against the raw toy embeddings. A query row whose 
 masked gets zero weights and a zero output.""",
         AttentionRequest, AttentionResponse, attention.work, attention.compute,
         {"query": [[0.0, 0.0, 0.0, 1.0]], "key": ONE_HOT, "value": ONE_HOT, "decimals": 4},
-        stacked=("query", "key", "value"), drawing=Drawing("Scaled dot-product attention weights", (), ()),
-        batch_request=AttentionRequest,
+        stacked=("query", "key", "value"), batch_request=AttentionRequest,
+        drawing=Drawing("Scaled dot-product attention weights", (), (), attention.settings),
         v2=V2Model(
             "scaled_dot_product_attention",
             "softmax(Q K^T * scale) V, as POST /v1/attention. Parameters: scale (number, default 1/sqrt(d_k)), "
@@ -163,7 +181,7 @@ Q, K and V are projections of the same input (embeddings, or toy-vocabulary toke
 W_v drawn as the seed script does from `seed` (or given in `weights`).""",
         SelfAttentionRequest, ModelResponse, layers.work_self_attention, layers.compute_self_attention,
         {"tokens": ["cat", "ate", "food"], "positional_encoding": True, "causal": True, "seed": 3, "decimals": 4},
-        stacked=("embeddings",), drawing=Drawing("Self-attention weights", (), ()),
+        stacked=("embeddings",), drawing=Drawing("Self-attention weights", (), (), layers.settings),
         batch_request=SelfAttentionRequest),
     Operation(
         "multi-head-attention", "attention", """Multi-head attention.
@@ -173,8 +191,8 @@ concatenated and mixed by W_o. The example is the seed's demo 5: the same per-he
         MultiHeadRequest, ModelResponse, layers.work_multi_head, layers.compute_multi_head,
         {"tokens": SENTENCE, "d_model": 8, "n_heads": 4, "positional_encoding": True, "causal": True,
          "decimals": 3},
-        stacked=("embeddings",), per_head_mask=True, drawing=Drawing("Multi-head attention weights", (), ("head",)),
-        batch_request=MultiHeadRequest,
+        stacked=("embeddings",), per_head_mask=True, batch_request=MultiHeadRequest,
+        drawing=Drawing("Multi-head attention weights", (), ("head",), layers.settings, layers.heads_mask),
         v2=V2Model(
             "multi_head_attention",
             "Multi-head self-attention with the seeded weights, as POST /v1/multi-head-attention. Parameters: "
@@ -192,7 +210,8 @@ Returns the final output and each layer's attention weights.""",
         EncoderRequest, EncoderResponse, layers.work_encoder, layers.compute_encoder,
         {"tokens": ["cat", "ate", "food"], "d_model": 8, "n_heads": 2, "n_layers": 2, "decimals": 3},
         stacked=("embeddings",), per_head_mask=True,
-        drawing=Drawing("Encoder attention weights", ("layer",), ("head",)), batch_request=EncoderRequest),
+        drawing=Drawing("Encoder attention weights", ("layer",), ("head",), layers.settings,
+                        layers.heads_mask), batch_request=EncoderRequest),
     Operation(
         "embed", "reference", """Embed tokens.
 
@@ -223,7 +242,8 @@ pieces, the last hidden state and, for the selected layers and heads (default al
 (h, n, n) as /v1/encoder's layers. The example: layer 0, head 0 of "the dog ate".""",
         ModelAttentionRequest, ModelAttentionResponse, pretrained.work, pretrained.compute,
         {"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3}, admit=pretrained.admit,
-        drawing=Drawing("Attention weights", ("layer",), ("head",)), batch_request=ModelAttentionItem,
+        drawing=Drawing("Attention weights", ("layer",), ("head",), pretrained.settings),
+        batch_request=ModelAttentionItem,
         path="/models/<model>/attention", path_example={"model": DEFAULT_NAME},
         grouping=Grouping(pretrained.group_key, pretrained.compute_many)),
 )}

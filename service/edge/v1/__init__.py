@@ -35,13 +35,13 @@ def operation_route(blp: Blueprint, operation: Operation) -> None:
     ``?format=svg`` with the heatmap of its weights instead (service.operations.pictures). Path parameters
     (``<model>``) join the validated params.
     """
-    def view(params: dict[str, Any], format: str = "json", **path: Any) -> Any:
+    def view(params: dict[str, Any], format: str = "json", color_scale: str = "fixed", **path: Any) -> Any:
         limits = current_limits()
         params = {**params, **path} if path else params
         if format == "svg":  # the picture needs the weights, and nothing else; its size is checked first
             params = {**params, "return_weights": True, "trace": False, "format": "svg"}
             result = operation.compute(params, limits)
-            return svg_response(pictures.compute_heatmap(operation.drawing, params, result, limits))
+            return svg_response(pictures.compute_heatmap(operation.drawing, params, result, limits, color_scale))
         return round_arrays(operation.compute(params, limits), params.get("decimals"))
 
     view.__name__ = operation.name.replace("-", "_")

@@ -20,6 +20,7 @@ blp = Blueprint("heatmap", __name__, url_prefix="/v1",
 
 EXAMPLE = {"weights": [[[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.2, 0.3, 0.5]],
                        [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.1, 0.1, 0.8]]],
+           "mask": [[True, False, False], [True, True, False], [True, True, True]],
            "row_labels": ["cat", "ate", "food"], "col_labels": ["cat", "ate", "food"],
            "title": "Two causal heads", "annotate": True, "decimals": 2}
 EXAMPLE_SVG = pictures.heatmap(HeatmapRequest().load(EXAMPLE), Limits())  # the real answer, documented
@@ -32,9 +33,10 @@ EXAMPLE_SVG = pictures.heatmap(HeatmapRequest().load(EXAMPLE), Limits())  # the 
 def heatmap(params: dict[str, Any]) -> Response:
     """Draw attention weights.
 
-    One heatmap per head (query tokens as rows, key tokens as columns), coloured on a 0..1 scale
-    with its legend; exact zeros (masked cells) are hatched. Each cell carries its value in
-    `data-value` and a hover `<title>`. At most max_heatmap_cells cells (see GET /v1/limits).
+    One heatmap per head (query tokens as rows, key tokens as columns), coloured on a 0..1 scale (or per
+    row, or up to the largest weight: color_scale) with its legend; the cells the mask hides are hatched.
+    Each cell carries its value in `data-value` and a hover `<title>`. At most max_heatmap_cells cells
+    (see GET /v1/limits).
     """
     return svg_response(pictures.heatmap(params, current_limits()))
 

@@ -10,6 +10,7 @@ import pytest
 from service.edge import create_app
 from service.edge.v1.heatmap import EXAMPLE
 from service.operations.limits import Limits
+from service.operations.palette import LUT
 from tests.conftest import assert_problem
 from tests.unit.operations.test_heatmap import SVG_NS, cells, parse
 
@@ -34,8 +35,28 @@ def hover_titles(root) -> list[str]:
 def test_heatmap_draws_every_head_with_labels(client):
     root = svg_of(client.post("/v1/heatmap", json=EXAMPLE))
     np.testing.assert_array_equal(values(root), np.ravel(EXAMPLE["weights"]))
-    assert hover_titles(root)[:3] == ["Two causal heads", "cat → cat: 1.0", "cat → ate: 0.0"]
+    assert hover_titles(root)[:3] == ["Two causal heads", "cat → cat: 1.0", "cat → ate: 0.0 (masked)"]
     assert [c.get("fill") for c in cells(root)][1] == "url(#masked)"
+
+
+def test_heatmap_hatches_only_what_its_mask_hides_and_scales_its_colours_as_asked(client):
+    weights = [[0.9, 0.1, 0.0], [0.4, 0.6, 0.0]]  # weights of 0 that only a mask can say are masked
+    plain = svg_of(client.post("/v1/heatmap", json={"weights": weights}))
+    assert [c.get("class") for c in cells(plain)] == ["cell"] * 6
+    root = svg_of(client.post("/v1/heatmap", json={"weights": weights, "mask": [True, True, False],
+                                                   "color_scale": "row"}))
+    assert [c.get("class") for c in cells(root)] == ["cell", "cell", "cell masked"] * 2
+    assert [c.get("fill") for c in cells(root)][:2] == [LUT[255], LUT[round(0.1 / 0.9 * 255)]]
+    assert "row scale:" in " ".join(t.text for t in root.iter(SVG_NS + "text"))
+
+
+def test_format_svg_takes_a_color_scale(client):
+    body = {"tokens": SENTENCE, "causal": True}
+    fills = {scale: [c.get("fill") for c in cells(svg_of(client.post(f"/v1/self-attention?format=svg{query}",
+                                                                      json=body)))]
+             for scale, query in (("fixed", ""), ("row", "&color_scale=row"))}
+    assert fills["fixed"][0] == fills["row"][0] == LUT[255]  # the first row's one weight is 1 either way
+    assert fills["row"].count(LUT[255]) == 5 > fills["fixed"].count(LUT[255])  # each row's largest is the top
 
 
 def test_heatmap_defaults_to_position_labels(client):
@@ -57,6 +78,10 @@ def test_heatmap_defaults_to_position_labels(client):
     ({"weights": [[0.5]], "decimals": 7}, "/decimals"),
     ({"weights": [[0.5]], "annotate": "yes"}, "/annotate"),
     ({"row_labels": ["a"]}, "/weights"),
+    ({"weights": [[0.5, 0.5]], "mask": [True, False, True]}, "/mask"),
+    ({"weights": [[0.5, 0.5]], "mask": [[True, "no"]]}, "/mask/0/1"),
+    ({"weights": [[1.0, 0.0], [0.3, 0.7]], "mask": [True, False]}, "/weights/1/1"),  # a masked cell weighs 0
+    ({"weights": [[0.5]], "color_scale": "log"}, "/color_scale"),
 ])
 def test_heatmap_refuses_invalid_requests(client, body, pointer):
     assert_problem(client.post("/v1/heatmap", json=body), 422, pointer)
@@ -89,18 +114,18 @@ def test_max_heatmap_cells_at_and_just_past_the_boundary():
     assert client.post("/v1/multi-head-attention", json=DEMO_5).status_code == 200  # JSON is not limited by it
 
 
-@pytest.mark.parametrize(("path", "body", "titles"), [
-    ("/v1/attention", {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}, []),
+@pytest.mark.parametrize(("path", "body", "rows", "titles"), [
+    ("/v1/attention", {"query": [[1.0, 0.0]], "key": [[1.0, 0.0], [0.0, 1.0]], "value": [[1.0], [2.0]]}, [], []),
     ("/v1/attention", {"query": [[[1.0]], [[2.0]]], "key": [[[1.0]], [[1.0]]], "value": [[[1.0]], [[1.0]]]},
-     ["batch 0", "batch 1"]),
-    ("/v1/self-attention", {"tokens": ["cat", "ate", "food"], "causal": True}, []),
-    ("/v1/multi-head-attention", DEMO_5, ["head 0", "head 1", "head 2", "head 3"]),
+     [], ["batch 0", "batch 1"]),
+    ("/v1/self-attention", {"tokens": ["cat", "ate", "food"], "causal": True}, [], []),
+    ("/v1/multi-head-attention", DEMO_5, [], ["head 0", "head 1", "head 2", "head 3"]),
     ("/v1/multi-head-attention", {"embeddings": np.eye(4)[None].repeat(2, 0).tolist(), "n_heads": 2},
-     ["batch 0 · head 0", "batch 0 · head 1", "batch 1 · head 0", "batch 1 · head 1"]),
+     ["batch 0", "batch 1"], ["head 0", "head 1"] * 2),
     ("/v1/encoder", {"tokens": ["cat", "ate"], "d_model": 4, "n_heads": 2, "n_layers": 2},
-     ["layer 0 · head 0", "layer 0 · head 1", "layer 1 · head 0", "layer 1 · head 1"]),
+     ["layer 0", "layer 1"], ["head 0", "head 1"] * 2),
 ])
-def test_format_svg_draws_the_weights_of_the_json_answer(client, path, body, titles):
+def test_format_svg_draws_the_weights_of_the_json_answer(client, path, body, rows, titles):
     answer = client.post(path, json=body).get_json()
     weights = np.stack([layer["weights"] for layer in answer["layers"]]) if "layers" in answer else answer["weights"]
     ignored = {"return_weights": False} if "layers" in answer else {"return_weights": False, "trace": True}
@@ -108,7 +133,8 @@ def test_format_svg_draws_the_weights_of_the_json_answer(client, path, body, tit
     np.testing.assert_array_equal(values(root), np.ravel(weights))
     panel_titles = [t.text for g in root.iter(SVG_NS + "g") if g.get("class") == "panel"
                     for t in g.iter(SVG_NS + "text") if t.get("font-weight")]
-    assert panel_titles == titles
+    assert panel_titles == titles  # heads along a row, one row per layer and batch item
+    assert [t.text for t in root.iter(SVG_NS + "text") if t.get("class") == "row-title"] == rows
     tokens = body.get("tokens")
     if tokens:
         assert hover_titles(root)[1] == f"{tokens[0]} → {tokens[0]}: {float(np.ravel(weights)[0])!r}"
@@ -129,6 +155,7 @@ def test_format_json_is_the_default_and_other_formats_are_refused(client):
     assert client.post("/v1/self-attention?format=json", json=body).get_json() == \
         client.post("/v1/self-attention", json=body).get_json()
     assert_problem(client.post("/v1/self-attention?format=png", json=body), 422, "format")
+    assert_problem(client.post("/v1/self-attention?format=svg&color_scale=log", json=body), 422, "color_scale")
     assert_problem(client.post("/v1/self-attention?format=svg", json={"tokens": ["dog"]}), 422, "/tokens/0")
 
 

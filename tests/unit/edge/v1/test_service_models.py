@@ -286,7 +286,8 @@ def test_svg_draws_the_selected_heads_labelled_with_the_word_pieces(client):
     root = parse(response.get_data(as_text=True))
     panels = [g for g in root.iter(SVG_NS + "g") if g.get("class") == "panel"]
     titles = [next(panel.iter(SVG_NS + "text")).text for panel in panels]
-    assert titles == ["layer 2 · head 1", "layer 2 · head 7", "layer 4 · head 1", "layer 4 · head 7"]
+    assert titles == ["head 1", "head 7"] * 2  # a row of the selected heads per selected layer
+    assert [t.text for t in root.iter(SVG_NS + "text") if t.get("class") == "row-title"] == ["layer 2", "layer 4"]
     tokens = ["[CLS]", "the", "dog", "ate", "[SEP]"]
     labels = [text.text for text in panels[0].iter(SVG_NS + "text")][1:]
     assert labels[:2 * len(tokens)] == tokens * 2  # rows, then columns
