@@ -35,9 +35,7 @@ from service.operations.sizes import Params, Work
 
 Result = dict[str, Any]
 Arrays = dict[str, np.ndarray]
-# Either is computed in its own precision. Metadata shows one datatype per tensor, the first: FP32, what inference
-# clients send and what the trained models compute in; FP64 (the seed's exact numbers) is accepted alike.
-FLOATS = ("FP32", "FP64")
+FLOATS = ("FP32", "FP64")  # each computed in its own precision; v2 metadata shows the first (README: "Open Inference")
 
 
 @dataclass(frozen=True)
