@@ -54,11 +54,19 @@ def tensor2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
     return {**schema, "description": description} if description else schema
 
 
+def _required(schema: type[Schema]) -> int:
+    return sum(field.required for field in schema._declared_fields.values())
+
+
 def anyof2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
-    """apispec attribute function: an :class:`AnyOfSchemas` field is ``anyOf`` references to its schemas."""
+    """apispec attribute function: an :class:`AnyOfSchemas` field is ``anyOf`` references to its schemas, those
+    with more required members first: a generated client takes the first alternative that parses (an
+    openapi-python-client one read a model's answer in a batch as an encoder's, its tokens dropped), so a
+    schema goes before every one whose required members are a subset of its own."""
     if not isinstance(field, AnyOfSchemas):
         return {}
-    return {"anyOf": [self.resolve_nested_schema(schema) for schema in field.schemas]}
+    ordered = sorted(field.schemas, key=_required, reverse=True)  # stable: ties keep the registry's order
+    return {"anyOf": [self.resolve_nested_schema(schema) for schema in ordered]}
 
 
 class Api(flask_smorest.Api):
