@@ -49,9 +49,7 @@ class HeatmapRequest(Schema):
 
 
 class FormatQuery(Schema):
-    """``?format=svg`` answers with the heatmap of the weights instead of JSON."""
+    """``?format=``, on the compute endpoints that draw: json or svg (the heatmap of the weights instead of JSON),
+    as the Accept header would choose; absent (None): the Accept header alone chooses."""
 
-    format = fields.String(load_default="json", validate=validate.OneOf(["json", "svg"]), metadata={
-        "description": "json (default), or svg: the heatmap of the attention weights (image/svg+xml, one panel "
-                       "per head/batch item/layer, labelled with the tokens when given). With svg, "
-                       "return_weights, trace and decimals do not apply."})
+    format = fields.String(load_default=None, validate=validate.OneOf(["json", "svg"]))

@@ -118,7 +118,7 @@ class Cors:
     def __call__(self, response: Response) -> Response:
         headers = response.headers
         if not self.any:
-            headers.add("Vary", "Origin")  # the answer differs by origin: caches must key on it
+            response.vary.add("Origin")  # the answer differs by origin: caches must key on it (one Vary line)
         origin = request.headers.get("Origin")
         if origin is None or not (self.any or origin in self.origins):
             return response

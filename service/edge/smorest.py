@@ -34,6 +34,8 @@ ERROR_RESPONSES = {
     400: ("MalformedJSON", "The body is not valid JSON, or it ended before its Content-Length."),
     404: ("NotFound", "No such resource."),
     405: ("MethodNotAllowed", "The path exists but not with this method (see the Allow header)."),
+    406: ("NotAcceptable", "The Accept header allows none of the media types the operation answers: "
+                           "`acceptable` lists them."),
     413: ("ContentTooLarge", "The body is larger than max_body_bytes (see GET /v1/limits)."),
     415: ("UnsupportedMediaType", "The body is not application/json, or it is compressed (Content-Encoding), or it "
                                   "is not UTF-8 and declares another charset."),

@@ -21,7 +21,7 @@ class Counting(Schema):
 
 
 def test_an_empty_query_string_is_loaded_once_when_that_is_constant():
-    assert _loaded_from_nothing(FormatQuery()) == {"format": "json"}
+    assert _loaded_from_nothing(FormatQuery()) == {"format": None}
 
 
 def test_required_parameters_callable_defaults_and_hooks_are_loaded_per_request():
