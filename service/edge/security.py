@@ -142,6 +142,7 @@ def init_app(app: Flask) -> None:
     keys = split_list(configured)
     if configured and configured.strip() and not keys:  # " , ": meant to lock the API, would open it
         raise ValueError("API_KEYS lists no key (only commas and blanks): unset it to turn auth off")
+    app.extensions["api_keys"] = bool(keys)  # the docs page shows its locks only then
     if keys:
         app.before_request(RequireKey(keys))
     origins = split_list(app.config.get("CORS_ORIGINS", os.environ.get("CORS_ORIGINS")))
