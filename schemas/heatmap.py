@@ -73,12 +73,15 @@ def _masked_weigh_zero(weights: np.ndarray, mask: np.ndarray) -> None:
         raise ValidationError({"weights": _nest(index, detail)})
 
 
-class FormatQuery(Schema):
-    """``?format=svg`` answers with the heatmap of the weights instead of JSON."""
+class PictureQuery(Schema):
+    """How a heatmap answer is drawn: query parameters of the ``/heatmap`` operations (and of an SVG answer)."""
 
-    format = fields.String(load_default="json", validate=validate.OneOf(["json", "svg"]), metadata={
-        "description": "json (default), or svg: the heatmap of the attention weights (image/svg+xml, one panel "
-                       "per head/batch item/layer, labelled with the tokens when given). With svg, "
-                       "return_weights, trace and decimals do not apply."})
-    color_scale = fields.String(validate=validate.OneOf(COLOR_SCALES), metadata={
-        "description": f"With format=svg: {COLOR_SCALE[0].lower()}{COLOR_SCALE[1:]}"})
+    color_scale = fields.String(load_default="fixed", validate=validate.OneOf(COLOR_SCALES), metadata={
+        "description": COLOR_SCALE})
+
+
+class FormatQuery(PictureQuery):
+    """``?format=``, on the compute endpoints that draw: json or svg (the heatmap of the weights instead of JSON),
+    as the Accept header would choose; absent (None): the Accept header alone chooses."""
+
+    format = fields.String(load_default=None, validate=validate.OneOf(["json", "svg"]))

@@ -12,6 +12,7 @@ class ProblemItem(Schema):
 
     pointer = fields.String(metadata={"description": "JSON Pointer into the request body, e.g. /query/0/1."})
     parameter = fields.String(metadata={"description": "Name of the invalid query-string parameter."})
+    header = fields.String(metadata={"description": "Name of the invalid request header, e.g. Accept."})
     detail = fields.String(required=True)
 
 
@@ -35,3 +36,5 @@ class Problem(Schema):
     request_id = fields.String(metadata={"description": "The request's X-Request-Id (also a response header and "
                                                          "in the server's log line), to quote in a bug report."})
     known = fields.List(fields.String(), metadata={"description": "With unknown tokens: the known ones."})
+    acceptable = fields.List(fields.String(), metadata={
+        "description": "With 406: the media types the operation answers, for the Accept header."})

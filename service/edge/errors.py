@@ -20,6 +20,21 @@ log = logging.getLogger(__name__)
 HTTPError = HTTPException | Problem  # what a view raises for a 4xx: both are answered alike
 
 
+class NotAcceptable(Problem):
+    """406: the request's Accept header allows none of the media types the operation answers, which the problem
+    lists in ``acceptable`` (the server's preference first)."""
+
+    code = 406
+
+    def __init__(self, accept: str, offers: tuple[str, ...]) -> None:
+        detail = (f"The Accept header {accept[:200]!r} allows none of the media types this operation answers: "
+                  f"{', '.join(offers)}.")
+        super().__init__(detail, errors=[{"header": "Accept", "detail": detail}], acceptable=list(offers))
+
+    def get_headers(self) -> list[tuple[str, str]]:
+        return [("Vary", "Accept")]  # another Accept may get another answer
+
+
 def problem_response(status: int, title: str, detail: str, problem_type: str = "about:blank",
                      headers: Mapping[str, str] | None = None, **members: Any) -> Response:
     """An application/problem+json response; members with value None are left out.

@@ -13,6 +13,12 @@ import flask_swagger_ui
 from flask import Blueprint, Response, current_app, send_from_directory
 
 SWAGGER_UI = Path(flask_swagger_ui.__file__).parent / "dist"
+# The docs page says whether the server asks for API keys (static/docs.js hides the spec's locks when not).
+KEYS_OFF, KEYS_ON = '<meta name="api-keys" content="off">', '<meta name="api-keys" content="on">'
+DOCS_PAGE = (Path(__file__).parent / "static" / "docs.html").read_text()
+if KEYS_OFF not in DOCS_PAGE:
+    raise RuntimeError(f"static/docs.html lacks {KEYS_OFF}")
+DOCS_PAGES = {False: DOCS_PAGE, True: DOCS_PAGE.replace(KEYS_OFF, KEYS_ON)}  # by app.extensions["api_keys"]
 
 blp = Blueprint("pages", __name__)  # service/edge/static is the app's own static folder, at /static/
 
@@ -25,8 +31,8 @@ def playground() -> Response:
 
 @blp.route("/docs")
 def docs() -> Response:
-    """Swagger UI for /openapi.json."""
-    return current_app.send_static_file("docs.html")
+    """Swagger UI for /openapi.json, told whether this server asks for API keys."""
+    return Response(DOCS_PAGES[current_app.extensions["api_keys"]], mimetype="text/html")
 
 
 @blp.route("/docs/assets/<path:name>")

@@ -118,7 +118,7 @@ class Cors:
     def __call__(self, response: Response) -> Response:
         headers = response.headers
         if not self.any:
-            headers.add("Vary", "Origin")  # the answer differs by origin: caches must key on it
+            response.vary.add("Origin")  # the answer differs by origin: caches must key on it (one Vary line)
         origin = request.headers.get("Origin")
         if origin is None or not (self.any or origin in self.origins):
             return response
@@ -142,6 +142,7 @@ def init_app(app: Flask) -> None:
     keys = split_list(configured)
     if configured and configured.strip() and not keys:  # " , ": meant to lock the API, would open it
         raise ValueError("API_KEYS lists no key (only commas and blanks): unset it to turn auth off")
+    app.extensions["api_keys"] = bool(keys)  # the docs page shows its locks only then
     if keys:
         app.before_request(RequireKey(keys))
     origins = split_list(app.config.get("CORS_ORIGINS", os.environ.get("CORS_ORIGINS")))

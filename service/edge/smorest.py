@@ -34,6 +34,8 @@ ERROR_RESPONSES = {
     400: ("MalformedJSON", "The body is not valid JSON, or it ended before its Content-Length."),
     404: ("NotFound", "No such resource."),
     405: ("MethodNotAllowed", "The path exists but not with this method (see the Allow header)."),
+    406: ("NotAcceptable", "The Accept header allows none of the media types the operation answers: "
+                           "`acceptable` lists them."),
     413: ("ContentTooLarge", "The body is larger than max_body_bytes (see GET /v1/limits)."),
     415: ("UnsupportedMediaType", "The body is not application/json, or it is compressed (Content-Encoding), or it "
                                   "is not UTF-8 and declares another charset."),
@@ -54,11 +56,19 @@ def tensor2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
     return {**schema, "description": description} if description else schema
 
 
+def _required(schema: type[Schema]) -> int:
+    return sum(field.required for field in schema._declared_fields.values())
+
+
 def anyof2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
-    """apispec attribute function: an :class:`AnyOfSchemas` field is ``anyOf`` references to its schemas."""
+    """apispec attribute function: an :class:`AnyOfSchemas` field is ``anyOf`` references to its schemas, those
+    with more required members first: a generated client takes the first alternative that parses (an
+    openapi-python-client one read a model's answer in a batch as an encoder's, its tokens dropped), so a
+    schema goes before every one whose required members are a subset of its own."""
     if not isinstance(field, AnyOfSchemas):
         return {}
-    return {"anyOf": [self.resolve_nested_schema(schema) for schema in field.schemas]}
+    ordered = sorted(field.schemas, key=_required, reverse=True)  # stable: ties keep the registry's order
+    return {"anyOf": [self.resolve_nested_schema(schema) for schema in ordered]}
 
 
 class Api(flask_smorest.Api):

@@ -375,6 +375,68 @@ def test_docs_try_it_out_calls_the_running_server(browser, live):
     assert console_errors(browser) == []
 
 
+@pytest.fixture(scope="module")
+def live_with_keys() -> Iterator[str]:
+    """The real gunicorn with API_KEYS set."""
+    with gunicorn_server(WEB_CONCURRENCY="1", API_KEYS="docs-key") as url:
+        yield url
+
+
+LOCKS = "return document.querySelectorAll('.opblock .authorization__btn').length"
+OPERATIONS = [(path, method) for path, item in SPEC["paths"].items() for method in item if method in ("get", "post")]
+
+
+def test_docs_show_the_key_locks_only_when_the_server_sets_api_keys(browser, live, live_with_keys):
+    browser.get(f"{live_with_keys}/docs")
+    protected = sum("security" in SPEC["paths"][path][method] for path, method in OPERATIONS)
+    assert wait_for(browser, LOCKS) == protected == len(OPERATIONS) - 4  # all but the 4 open health probes
+    assert browser.execute_script("return document.querySelectorAll('.auth-wrapper .authorize').length") == 1
+    browser.get(f"{live}/docs")
+    wait_for(browser, f"return document.querySelectorAll('.opblock').length === {len(OPERATIONS)}")
+    assert browser.execute_script(LOCKS) == 0
+    assert browser.execute_script("return document.querySelectorAll('.auth-wrapper .authorize').length") == 0
+    assert console_errors(browser) == []
+
+
+SVG_SHOWN = """const img = document.querySelector(arguments[0] + ' .live-responses-table .svg-answer img');
+    return img && img.complete && img.naturalWidth > 0 && decodeURIComponent(img.src.split(',')[1]);"""
+
+
+def try_it(driver: Any, block_id: str) -> None:
+    """Open an operation of /docs and execute its documented example."""
+    block = wait_for(driver, f"return document.querySelector('#{block_id}')")
+    block.find_element("css selector", ".opblock-summary-control").click()
+    wait_for(driver, f"return document.querySelector('#{block_id} .execute')").click()
+
+
+def test_docs_try_it_out_on_a_heatmap_shows_the_picture(browser, live):
+    block = "operations-attention-post_v1_multi_head_attention_heatmap"
+    browser.get(f"{live}/docs#/attention")
+    try_it(browser, block)
+    shown = wait_for(browser, SVG_SHOWN, f"#{block}")
+    example = SPEC["paths"]["/v1/multi-head-attention/heatmap"]["post"]["requestBody"]["content"]["application/json"]
+    picture = requests.post(f"{live}/v1/multi-head-attention/heatmap", json=example["example"], timeout=10).text
+    assert shown == picture and picture.count('<rect class="cell') == 4 * 5 * 5  # demo 5: 4 heads of 5 x 5, masked or not
+    assert console_errors(browser) == []
+
+
+def test_docs_choosing_svg_as_the_answer_type_sends_accept_and_shows_the_picture(browser, live):
+    block = "operations-attention-post_v1_attention"
+    browser.get(f"{live}/docs#/attention")
+    opened = wait_for(browser, f"return document.querySelector('#{block}')")
+    opened.find_element("css selector", ".opblock-summary-control").click()
+    from selenium.webdriver.support.ui import Select
+
+    chooser = wait_for(browser, f"return document.querySelector('#{block} .responses-inner select.content-type')")
+    Select(chooser).select_by_value("image/svg+xml")
+    wait_for(browser, f"return document.querySelector('#{block} .execute')").click()
+    shown = wait_for(browser, SVG_SHOWN, f"#{block}")
+    body = SPEC["paths"]["/v1/attention"]["post"]["requestBody"]["content"]["application/json"]["example"]
+    assert shown == requests.post(f"{live}/v1/attention", json=body, headers={"Accept": "image/svg+xml"},
+                                  timeout=10).text
+    assert console_errors(browser) == []
+
+
 # The real-model mode, against the default model (all-minilm-l6-v2: 6 layers x 12 heads).
 SENTENCE = "The animal didn't cross the street because it was too tired."
 

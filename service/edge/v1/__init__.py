@@ -1,20 +1,27 @@
-"""The /v1 API: one blueprint per area; the operations' routes are derived from the registry here."""
+"""The /v1 API: one blueprint per area; the operations' routes are derived from the registry here, and so is
+what each answers: JSON, or the heatmap of its weights (SVG), chosen by the Accept header (or ``?format``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from flask import Response
+from flask import Request, Response, request
 
-from schemas.heatmap import FormatQuery
+from schemas.heatmap import FormatQuery, PictureQuery
 from service.edge.context import current_limits
-from service.edge.jsonio import round_arrays
+from service.edge.errors import NotAcceptable
+from service.edge.jsonio import JSON, parse_request, round_arrays
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import examples
 from service.operations import pictures
+from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
 
 SVG = "image/svg+xml"
+FORMATS = {"json": JSON, "svg": SVG}  # ?format= -> the media type it names
+FORMAT_QUERY = FormatQuery()
 
 
 def svg_response(svg: str) -> Response:
@@ -28,35 +35,113 @@ def svg_doc(description: str, example: str | None = None) -> dict[str, Any]:
     return {"responses": {200: {"description": description, "content": {SVG: media}}}}
 
 
+def negotiate(current: Request, offers: tuple[str, ...]) -> str:
+    """The media type of ``offers`` (the server's preference first) that the request's Accept header prefers:
+    werkzeug's MIMEAccept reads quality values and wildcards, the most specific range deciding (q=0: refused); a
+    tie goes to the earlier offer. No Accept header (or one werkzeug cannot read): the first offer. None
+    acceptable: 406 listing ``offers``."""
+    header = current.headers.get("Accept")
+    if not header or header == "*/*":  # most clients (curl, requests, httpx, fetch): no parse, ~10 us saved
+        return offers[0]
+    accept = current.accept_mimetypes
+    if not accept:
+        return offers[0]
+    chosen = accept.best_match(offers)
+    if chosen is None:
+        raise NotAcceptable(header, offers)
+    return chosen
+
+
+def negotiated(offers: tuple[str, ...], *, format_query: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: the view gets ``media``, what to answer among ``offers`` (see :func:`negotiate`), decided before
+    its body is read; its answers say ``Vary: Accept``. ``format_query``: ``?format=json|svg`` narrows the offers to
+    the one it names (422 for another value), and ``?color_scale=`` reaches the view (schemas.heatmap.FormatQuery)."""
+    def wrap(func: Callable) -> Callable:
+        @wraps(func)
+        def view(*args: Any, **kwargs: Any) -> Any:
+            current = request._get_current_object()  # the Request itself: see parse_request
+            choices, picture = offers, {}
+            if format_query and current.query_string:  # most requests send none: no parse
+                query = parse_request(current, FORMAT_QUERY, "query")
+                choices = (FORMATS[query["format"]],) if query["format"] else offers
+                picture = {"color_scale": query["color_scale"]}
+            response = func(*args, media=negotiate(current, choices), **picture, **kwargs)
+            # the answer depends on the header: caches must key on it (views set no Vary; CORS merges into this one)
+            response.headers.add("Vary", "Accept")
+            return response
+
+        return view
+
+    return wrap
+
+
+def draw(operation: Operation, params: dict[str, Any], limits: Limits, color_scale: str = "fixed") -> str:
+    """The SVG heatmap of ``operation``'s weights for ``params`` on ``color_scale``: computed with the weights and
+    nothing else (the picture's size is checked first, before any compute)."""
+    params = {**params, "return_weights": True, "trace": False, "format": "svg"}
+    result = operation.compute(params, limits)
+    return pictures.compute_heatmap(operation.drawing, params, result, limits, color_scale)
+
+
+def _documented_request(blp: Blueprint, operation: Operation, view: Callable) -> Callable:
+    """``view`` parsing and documenting ``operation``'s request (body or query), its errors and its 404 for an
+    unknown path parameter (a model)."""
+    post = operation.method == "POST"
+    errors = (*(BODY_ERRORS if post else (422,)), 406)
+    errors = (*errors, 404) if "<" in operation.route else errors
+    view = blp.documents(*errors)(view)
+    request_example = {"example": operation.example} if post else {}
+    return blp.arguments(operation.request(), location="json" if post else "query", **request_example)(view)
+
+
 def operation_route(blp: Blueprint, operation: Operation) -> None:
     """Route ``operation`` (a registry entry) to: validate with its schema -> compute -> round -> serialise.
 
-    Its request example and the real answer to it are documented. An operation with a ``drawing`` answers
-    ``?format=svg`` with the heatmap of its weights instead (service.operations.pictures). Path parameters
-    (``<model>``) join the validated params.
+    Its request example and the real answer to it are documented. An operation with a ``drawing`` also answers
+    the heatmap of its weights (service.operations.pictures) to ``Accept: image/svg+xml`` or ``?format=svg``, and
+    as an operation of its own, ``<route>/heatmap``: a generated client parses one media type per answer, so
+    the picture has its own path in the spec and ``format`` is left out of it. Path parameters (``<model>``)
+    join the validated params.
     """
-    def view(params: dict[str, Any], format: str = "json", color_scale: str = "fixed", **path: Any) -> Any:
-        limits = current_limits()
+    offers = (JSON, SVG) if operation.drawing is not None else (JSON,)
+
+    def view(params: dict[str, Any], media: str, color_scale: str = "fixed", **path: Any) -> Any:
         params = {**params, **path} if path else params
-        if format == "svg":  # the picture needs the weights, and nothing else; its size is checked first
-            params = {**params, "return_weights": True, "trace": False, "format": "svg"}
-            result = operation.compute(params, limits)
-            return svg_response(pictures.compute_heatmap(operation.drawing, params, result, limits, color_scale))
-        return round_arrays(operation.compute(params, limits), params.get("decimals"))
+        if media == SVG:
+            return svg_response(draw(operation, params, current_limits(), color_scale))
+        return round_arrays(operation.compute(params, current_limits()), params.get("decimals"))
 
     view.__name__ = operation.name.replace("-", "_")
     view.__doc__ = operation.doc
-    location = "json" if operation.method == "POST" else "query"
-    errors = BODY_ERRORS if operation.method == "POST" else (422,)
-    errors = (*errors, 404) if "<" in operation.route else errors  # an unknown path parameter (a model)
-    view = blp.documents(*errors)(view)
     view = blp.response(200, operation.response, dump=False, example=examples.answer(operation))(view)
-    request_example = {"example": operation.example} if location == "json" else {}
-    view = blp.arguments(operation.request(), location=location, **request_example)(view)
     if operation.drawing is not None:
-        view = blp.doc(**svg_doc("The answer, or with format=svg the heatmap of its weights."))(view)
-        view = blp.arguments(FormatQuery(), location="query", as_kwargs=True)(view)
+        view = blp.doc(**svg_doc(f"The answer, or with `Accept: {SVG}` (or `?format=svg`) the heatmap of its "
+                                 f"weights, as POST /v1{operation.route}/heatmap answers."))(view)
+    view = negotiated(offers, format_query=operation.drawing is not None)(_documented_request(blp, operation, view))
     blp.route(operation.route, methods=[operation.method])(view)
+    if operation.drawing is not None:
+        heatmap_route(blp, operation)
+
+
+def heatmap_route(blp: Blueprint, operation: Operation) -> None:
+    """Route ``<route>/heatmap`` of ``operation`` (one with a ``drawing``): its request, answered by the SVG
+    heatmap of its weights only (the real picture of its example documented)."""
+    summary = operation.doc.partition("\n")[0]
+
+    def view(params: dict[str, Any], media: str, color_scale: str, **path: Any) -> Response:
+        return svg_response(draw(operation, {**params, **path}, current_limits(), color_scale))
+
+    view.__name__ = operation.name.replace("-", "_") + "_heatmap"
+    view.__doc__ = (f"{summary.rstrip('.')}: the heatmap of its weights.\n\nThe request of {operation.method} "
+                    f"/v1{operation.route}, answered by the SVG heatmap of its attention weights (one panel per "
+                    "head, batch item or layer, labelled with the tokens when given), as that operation answers "
+                    f"`Accept: {SVG}`; return_weights, trace and decimals do not apply. At most max_heatmap_cells "
+                    "cells (see GET /v1/limits).")
+    example = examples.computed(operation, lambda params, limits: draw(operation, params, limits))
+    view = blp.doc(**svg_doc("The SVG heatmap of the weights.", example))(view)
+    view = blp.arguments(PictureQuery(), location="query", as_kwargs=True)(view)
+    view = negotiated((SVG,))(_documented_request(blp, operation, view))
+    blp.route(operation.route + "/heatmap", methods=[operation.method])(view)
 
 
 def operation_routes(blp: Blueprint, area: str) -> None:

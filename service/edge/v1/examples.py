@@ -3,6 +3,7 @@ service itself, so the spec can never show numbers the service would not return.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -28,15 +29,22 @@ def request(name: str) -> dict[str, Any]:
     return REQUESTS[name]
 
 
-def answer(operation: Operation) -> dict[str, Any] | None:
-    """The service's real answer to ``operation``'s example, as plain JSON values (its path parameters from
-    ``path_example``); None when the example's model is not served (ATTENTION_MODELS without the default)."""
+def computed(operation: Operation, compute: Callable[[dict[str, Any], Limits], Any]) -> Any:
+    """``compute(params, limits)`` of ``operation``'s example (its path parameters from ``path_example``) under the
+    default limits, not counted in the metrics; None when the example's model is not served (ATTENTION_MODELS
+    without the default)."""
     params = {**operation.request().load(operation.example), **operation.path_example}
     try:
         with metrics.unrecorded():
-            return as_json(round_arrays(operation.compute(params, Limits()), params.get("decimals")))
+            return compute(params, Limits())
     except ModelNotFound:
         return None
+
+
+def answer(operation: Operation) -> dict[str, Any] | None:
+    """The service's real answer to ``operation``'s example, as plain JSON values (see :func:`computed`)."""
+    return computed(operation, lambda params, limits: as_json(round_arrays(operation.compute(params, limits),
+                                                                           params.get("decimals"))))
 
 
 def as_json(value: Any) -> Any:

@@ -16,7 +16,8 @@ from service.operations.limits import Limits
 from service.operations.reference import DEMOS
 
 blp = Blueprint("heatmap", __name__, url_prefix="/v1",
-                description="Attention weights as SVG heatmaps (also `?format=svg` on the compute endpoints).")
+                description="Attention weights as SVG heatmaps (also `Accept: image/svg+xml` on the compute "
+                            "endpoints, and their /heatmap paths).")
 
 EXAMPLE = {"weights": [[[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.2, 0.3, 0.5]],
                        [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.1, 0.1, 0.8]]],

@@ -138,10 +138,19 @@ row-major, BOOL one byte (0 or 1). Without that header the whole body is JSON (a
 Content-Type)."""
 
 
+# The header is a parameter of the operation, not only prose: a generated client can then send binary inputs (and
+# openapi-python-client 0.29 imports the `Unset` its two-body signature names, upstream issue #1451).
+HEADER_PARAMETER = {"in": "header", "name": HEADER_LENGTH, "required": False, "schema": {"type": "integer",
+                                                                                         "minimum": 0},
+                    "description": "Binary tensor data extension: the JSON header's length in bytes, the raw "
+                                   "tensor bytes following it (see the request body). Absent: the body is JSON."}
+
+
 @blp.route("/models/<model>/infer", methods=["POST"])
-@blp.doc(requestBody={"required": True, "description": BINARY_DESCRIPTION, "content": {
-    "application/json": {"schema": InferenceRequest, "example": EXAMPLE_REQUEST},
-    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}})
+@blp.doc(parameters=[HEADER_PARAMETER], requestBody={
+    "required": True, "description": BINARY_DESCRIPTION, "content": {
+        "application/json": {"schema": InferenceRequest, "example": EXAMPLE_REQUEST},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}})
 @blp.response(200, InferenceResponse, example=EXAMPLE_RESPONSE, description=(
     "JSON; or, when an output is asked for as binary, application/octet-stream: the JSON header "
     f"({HEADER_LENGTH} bytes) then each binary output's binary_data_size bytes, in order."),

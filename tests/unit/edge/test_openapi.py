@@ -80,7 +80,9 @@ def test_every_operation_is_described_with_examples_and_errors(path, method, ope
 
 
 # Spec path -> the registry operation it routes (a path parameter may end it: /v1/models/{model}/attention).
-ROUTED = {"/v1" + op.route.replace("<", "{").replace(">", "}"): name for name, op in REGISTRY_OPERATIONS.items()}
+# An operation that draws also answers its request at <path>/heatmap.
+ROUTED = {"/v1" + op.route.replace("<", "{").replace(">", "}") + suffix: name
+          for name, op in REGISTRY_OPERATIONS.items() for suffix in ("", "/heatmap")}
 
 
 def request_for(path: str, method: str, client, name: str | None = None):

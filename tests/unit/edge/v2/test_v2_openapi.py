@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from service.operations.catalogue import DEFAULT_NAME
@@ -39,6 +42,22 @@ def test_infer_documents_the_binary_form():
     assert "Inference-Header-Content-Length" in INFER["requestBody"]["description"]
     assert set(INFER["responses"]["200"]["content"]) == {"application/json", "application/octet-stream"}
     assert "Inference-Header-Content-Length" in INFER["responses"]["200"]["headers"]
+
+
+def test_the_binary_header_is_a_documented_parameter_the_server_reads(client):
+    """As a parameter, a generated client can send it (and openapi-python-client 0.29's module imports)."""
+    [parameter] = INFER["parameters"]
+    assert parameter["in"] == "header" and parameter["name"] == "Inference-Header-Content-Length"
+    assert parameter["schema"] == {"type": "integer", "minimum": 0} and parameter["required"] is False
+    header = json.dumps({"inputs": [{"name": "embeddings", "shape": [1, 2], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 8}}],
+                         "parameters": {"num_heads": 1}, "outputs": [{"name": "output"}]}).encode()
+    url = SDPA.replace("scaled_dot_product_attention", "multi_head_attention")
+    sent = client.post(url, data=header + np.array([1, 0], "<f4").tobytes(),
+                       headers={parameter["name"]: str(len(header))})
+    assert sent.status_code == 200 and sent.get_json()["outputs"][0]["shape"] == [1, 2]
+    refused = client.post(url, data=header, headers={parameter["name"]: "-1"})
+    assert refused.status_code == 400 and parameter["name"] in refused.get_json()["error"]
 
 
 @pytest.mark.parametrize(("status", "send"), [
