@@ -416,7 +416,7 @@ def test_docs_try_it_out_on_a_heatmap_shows_the_picture(browser, live):
     shown = wait_for(browser, SVG_SHOWN, f"#{block}")
     example = SPEC["paths"]["/v1/multi-head-attention/heatmap"]["post"]["requestBody"]["content"]["application/json"]
     picture = requests.post(f"{live}/v1/multi-head-attention/heatmap", json=example["example"], timeout=10).text
-    assert shown == picture and picture.count('<rect class="cell') == 4 * 5 * 5  # demo 5: 4 heads of 5 x 5, masked or not
+    assert shown == picture and picture.count('<rect class="cell') == 4 * 5 * 5  # demo 5: 4 heads of 5 x 5
     assert console_errors(browser) == []
 
 
