@@ -283,6 +283,24 @@ def test_embeddings_mode_works_out_q_and_the_output_by_hand_too(browser, live):
     assert console_errors(browser) == []
 
 
+def test_a_w_o_past_4096_numbers_is_drawn_when_opened_with_its_column_highlighted(browser, live):
+    open_playground(browser, live)
+    browser.find_element("css selector", "#source-embeddings").click()
+    set_field(browser, "#embeddings", str(np.eye(2, 72).tolist()))       # d_model 72: W_o has 5,184 numbers
+    browser.find_element("css selector", "#run").click()                 # 4 heads: each W_q 72 x 18, drawn
+    wait_for(browser, "return document.querySelectorAll('#trace li').length === 9")
+    w_q = browser.execute_script("return document.querySelectorAll('#trace table[data-name=w_q] td').length")
+    assert w_q == 72 * 18
+    summary = browser.find_element("css selector", "#trace [data-step=output] details.large summary")
+    assert summary.text == "W_o: 5,184 numbers, drawn when opened"
+    assert browser.execute_script("return document.querySelector('#trace table[data-name=w_o]')") is None
+    choose(browser, "#trace-dimension", 70)
+    summary.click()
+    wait_for(browser, "return document.querySelector('#trace table[data-name=w_o]')")
+    assert browser.execute_script(CHOSEN)["w_o"] == [[m, 70] for m in range(72)]
+    assert console_errors(browser) == []
+
+
 def test_the_step_by_step_shows_the_input_and_the_head_s_q_k_v(browser, live):
     trace = run_demo_5(browser, live)["trace"]
     tables = {name: browser.execute_script(TABLE, f"#trace table[data-name={name}]") for name in ("x", "q", "k", "v")}

@@ -140,6 +140,24 @@ const PICKS = {key: ["#trace-query", "#trace-key"], component: ["#trace-query", 
 // row · column ``c`` of ``matrix``, summed in order as the worked line writes it.
 const product = (row, matrix, c) => row.reduce((sum, value, m) => sum + value * matrix[m][c], 0);
 
+// A weight matrix of more cells than this (W_o past d_model 64) is drawn only once its <details> is opened:
+// drawn at every redraw, d_model 512's W_o and W_q, W_k, W_v (360,000 cells) took a redraw from 3 s to 13 s.
+const OPEN_CELLS = 4096;
+
+// ``draw()``'s table, or past OPEN_CELLS a closed <details> that draws it when first opened, then ``drawn()``.
+function drawnWhenOpened(cells, caption, draw, drawn) {
+  if (cells <= OPEN_CELLS) return draw();
+  const details = element("details", {class: "large"},
+    element("summary", {}, `${caption}: ${cells.toLocaleString("en")} numbers, drawn when opened`));
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.dataset.drawn) return;
+    details.dataset.drawn = "yes";
+    details.append(draw());
+    drawn();
+  });
+  return details;
+}
+
 // The chosen head's steps as tables; then its chosen cell worked out (workCell).
 function drawTrace(steps) {
   const {answer: {trace, output}, labels, input, outputs, positional} = steps;
@@ -148,8 +166,9 @@ function drawTrace(steps) {
   const tokenTable = (matrix, caption, name, pick) => matrixTable(matrix, {rows: labels,
     cols: positions(matrix[0].length), corner: "token ↓ dimension →", caption, name, pick});
   // A projection's weights: a row per dimension of X (or column of the concatenation), a column per output one.
-  const weightTable = (matrix, caption, name, rows, corner) => matrixTable(matrix, {rows,
-    cols: positions(matrix[0].length), corner, caption, name});
+  const weightTable = (matrix, caption, name, rows, corner) => drawnWhenOpened(matrix.length * matrix[0].length,
+    caption, () => matrixTable(matrix, {rows, cols: positions(matrix[0].length), corner, caption, name}),
+    () => workCell(steps));  // its cells used, highlighted
   const concatColumns = outputs.flatMap((_, g) => positions(d_k).map((c) => `${g}·${c}`));
   const step = (name, title, help, ...tables) => element("li", {"data-step": name}, element("h3", {}, title),
     element("p", {class: "help"}, help), element("div", {class: "tables"}, ...tables),
