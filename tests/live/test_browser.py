@@ -140,7 +140,8 @@ def test_demo_5_settings_show_four_heatmaps_with_the_api_numbers(browser, live):
     np.testing.assert_allclose(np.reshape(values, (4, 5, 5)), untraced, rtol=1e-13, atol=1e-16)
     steps = browser.execute_script("return [...document.querySelectorAll('#trace > li h3')].map(h => h.textContent)")
     assert steps == ["Input: embeddings + positional encoding", "Q, K and V of head 0", "Raw scores Q·Kᵀ", "Scaled",
-                     "Masked", "Softmax weights", "weights·V: head 0's output", "Concatenate the heads, mix with W_o"]
+                     "Masked", "Softmax weights", "weights·V: head 0's output", "Concatenate the heads",
+                     "Mix with W_o: the output"]
     masked = browser.execute_script("return document.querySelectorAll('#trace td.masked').length")
     assert masked == 10  # the upper triangle of a 5 x 5 causal mask, in the "Masked" step
     assert console_errors(browser) == []
@@ -148,6 +149,7 @@ def test_demo_5_settings_show_four_heatmaps_with_the_api_numbers(browser, live):
 
 WORKED = """return Object.fromEntries([...document.querySelectorAll('#trace li')].map(li => [li.dataset.step, {
     text: li.querySelector('.worked').textContent,
+    lines: [...li.querySelectorAll('.worked .line')].map(line => line.textContent),
     values: [...li.querySelectorAll('.worked .value')].map(v => Number(v.dataset.value))}]));"""
 CHOSEN = """return Object.fromEntries([...document.querySelectorAll('#trace table[data-name]')].map(t => [
     t.dataset.name,
@@ -163,7 +165,7 @@ def run_demo_5(driver: Any, url: str) -> dict[str, Any]:
     """The page run with the demo 5 settings it opens with; the API's traced answer to the same request."""
     open_playground(driver, url)
     driver.find_element("css selector", "#run").click()
-    wait_for(driver, "return document.querySelectorAll('#trace li').length === 8")
+    wait_for(driver, "return document.querySelectorAll('#trace li').length === 9")
     return requests.post(f"{url}/v1/multi-head-attention", json={**DEMO_5, "trace": True}, timeout=10).json()
 
 
@@ -190,7 +192,112 @@ def test_clicking_a_cell_shows_the_dot_product_behind_its_weight(browser, live):
     chosen = browser.execute_script(CHOSEN)
     assert chosen["weights"] == chosen["scores"] == [[3, 1]]
     assert chosen["q"] == [[3, 0], [3, 1]] and chosen["k"] == [[1, 0], [1, 1]]
-    assert chosen["v"] == [[row, 1] for row in range(5)] and chosen["concat"] == [[3, 5]]
+    assert chosen["v"] == [[row, 1] for row in range(5)]
+    assert chosen["concat"] == [[3, column] for column in range(8)]  # food's row: the output step reads all of it
+    assert console_errors(browser) == []
+
+
+def by_hand(x: np.ndarray, w: np.ndarray) -> tuple[str, float]:
+    """x · w as the page writes it term by term (``factor(x_m) × factor(w_m)``), and its value."""
+    return " + ".join(f"{factor(a)} × {factor(b)}" for a, b in zip(x, w, strict=True)), float(x @ w)
+
+
+def assert_worked(line: str, value: float, start: str, x: np.ndarray, w: np.ndarray, expected: float) -> None:
+    """A worked line ``start = terms = value``: its terms those of x · w, its value x · w within 1e-12, as is the
+    API's ``expected``."""
+    terms, product = by_hand(x, w)
+    assert line == f"{start} = {terms} = {product:.3f}"
+    assert value == pytest.approx(product, rel=1e-12, abs=1e-12)
+    assert value == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def assert_worked_out(shown: dict[str, Any], answer: dict[str, Any], x: np.ndarray, labels: list[str], *,
+                      head: int, query: int, key: int, c: int, d: int) -> None:
+    """The page's Q, K, V lines (component c of q[query], k[key], v[key] in ``head``) and its output line
+    (output[query, d]): X's rows times the trace's W_q, W_k, W_v and the concatenation's row times its W_o."""
+    trace = answer["trace"]
+    rows = {"q": query, "k": key, "v": key}
+    for line, value, (letter, row) in zip(shown["qkv"]["lines"], shown["qkv"]["values"], rows.items(), strict=True):
+        token, w = labels[row], np.asarray(trace[f"w_{letter}"])[head, :, c]    # (h, d_model, d_k): column c
+        assert_worked(line, value, f"{letter}[{token}, {c}] = Σ x[{token}, m] × W_{letter}[m, {c}]", x[row], w,
+                      trace[letter][head][row][c])
+    concat = np.concatenate(list(np.asarray(trace["weights"]) @ np.asarray(trace["v"])), axis=-1)  # (n, h * d_k)
+    [value] = shown["output"]["values"]
+    assert_worked(shown["output"]["text"], value, f"output[{labels[query]}, {d}] = Σ concat[{labels[query]}, m] × "
+                  f"W_o[m, {d}]", concat[query], np.asarray(trace["w_o"])[:, d], answer["output"][query][d])
+
+
+def test_q_k_v_and_the_output_are_worked_out_with_the_trace_s_weights(browser, live):
+    answer = run_demo_5(browser, live)
+    trace = answer["trace"]
+    x = np.asarray(requests.post(f"{live}/v1/embed", timeout=10, json={
+        "tokens": DEMO_5["tokens"], "d_model": 8, "positional_encoding": True}).json()["embeddings"])
+    choose(browser, "#trace-head", 2)
+    choose(browser, "#trace-key", 1)
+    browser.find_element("css selector", "#trace table[data-name=head-output] td[data-row='3'][data-col='1']").click()
+    browser.find_element("css selector", "#trace table[data-name=output] td[data-row='3'][data-col='6']").click()
+    assert [browser.find_element("css selector", f"#trace-{name}").get_attribute("value")
+            for name in ("head", "query", "key", "component", "dimension")] == ["2", "3", "1", "1", "6"]
+    shown = browser.execute_script(WORKED)
+    assert_worked_out(shown, answer, x, DEMO_5["tokens"], head=2, query=3, key=1, c=1, d=6)
+    assert shown["qkv"]["lines"][0].startswith("q[food, 1] = Σ x[food, m] × W_q[m, 1] = ")
+    assert shown["output"]["text"].startswith("output[food, 6] = Σ concat[food, m] × W_o[m, 6] = ")
+    chosen = browser.execute_script(CHOSEN)
+    column = [[m, 1] for m in range(8)]                                  # W_q, W_k, W_v: d_model x d_k, column c
+    assert chosen["w_q"] == chosen["w_k"] == chosen["w_v"] == column
+    assert chosen["x"] == [[i, m] for i in (1, 3) for m in range(8)]     # the rows of food (query), cat (key)
+    assert chosen["concat"] == [[3, m] for m in range(8)] and chosen["w_o"] == [[m, 6] for m in range(8)]
+    assert chosen["output"] == [[3, 6]]
+    tables = {name: browser.execute_script(TABLE, f"#trace table[data-name={name}]") for name in ("w_q", "w_o")}
+    assert tables["w_q"]["cells"] == [[f"{value:.3f}" for value in row] for row in trace["w_q"][2]]
+    assert tables["w_o"]["cells"] == [[f"{value:.3f}" for value in row] for row in trace["w_o"]]
+    assert tables["w_o"]["rows"] == [f"{h}·{c}" for h in range(4) for c in range(2)]  # a row per concat column
+    text = browser.find_element("css selector", "#trace").text
+    assert "does not return" not in text and "cannot" not in text
+    assert console_errors(browser) == []
+
+
+def test_embeddings_mode_works_out_q_and_the_output_by_hand_too(browser, live):
+    embeddings = np.round(np.random.default_rng(20).normal(size=(6, 8)), 3)
+    encoding = requests.get(f"{live}/v1/positional-encoding?n_positions=6&d_model=8", timeout=10).json()["encoding"]
+    x = embeddings + np.asarray(encoding)                                # X = E + PE, as the API adds them
+    open_playground(browser, live)
+    browser.find_element("css selector", "#source-embeddings").click()
+    set_field(browser, "#embeddings", str(embeddings.tolist()))
+    set_field(browser, "#heads", "2")
+    set_checkbox(browser, "#causal", False)
+    browser.find_element("css selector", "#run").click()
+    wait_for(browser, "return document.querySelectorAll('#trace li').length === 9")
+    request = {"embeddings": embeddings.tolist(), "n_heads": 2, "seed": 0, "causal": False,
+               "positional_encoding": True, "trace": True}
+    answer = requests.post(f"{live}/v1/multi-head-attention", json=request, timeout=10).json()
+    choose(browser, "#trace-head", 1)
+    browser.find_element("css selector", "#trace table[data-name=q] td[data-row='4'][data-col='2']").click()
+    browser.find_element("css selector", "#trace table[data-name=k] td[data-row='0'][data-col='2']").click()
+    browser.find_element("css selector", "#trace table[data-name=output] td[data-row='4'][data-col='7']").click()
+    shown = browser.execute_script(WORKED)                               # the rows of X are labelled 0 to 5
+    assert_worked_out(shown, answer, x, [str(i) for i in range(6)], head=1, query=4, key=0, c=2, d=7)
+    chosen = browser.execute_script(CHOSEN)
+    assert chosen["w_q"] == chosen["w_k"] == chosen["w_v"] == [[m, 2] for m in range(8)]
+    assert chosen["w_o"] == [[m, 7] for m in range(8)] and chosen["output"] == [[4, 7]]
+    assert console_errors(browser) == []
+
+
+def test_a_w_o_past_4096_numbers_is_drawn_when_opened_with_its_column_highlighted(browser, live):
+    open_playground(browser, live)
+    browser.find_element("css selector", "#source-embeddings").click()
+    set_field(browser, "#embeddings", str(np.eye(2, 72).tolist()))       # d_model 72: W_o has 5,184 numbers
+    browser.find_element("css selector", "#run").click()                 # 4 heads: each W_q 72 x 18, drawn
+    wait_for(browser, "return document.querySelectorAll('#trace li').length === 9")
+    w_q = browser.execute_script("return document.querySelectorAll('#trace table[data-name=w_q] td').length")
+    assert w_q == 72 * 18
+    summary = browser.find_element("css selector", "#trace [data-step=output] details.large summary")
+    assert summary.text == "W_o: 5,184 numbers, drawn when opened"
+    assert browser.execute_script("return document.querySelector('#trace table[data-name=w_o]')") is None
+    choose(browser, "#trace-dimension", 70)
+    summary.click()
+    wait_for(browser, "return document.querySelector('#trace table[data-name=w_o]')")
+    assert browser.execute_script(CHOSEN)["w_o"] == [[m, 70] for m in range(72)]
     assert console_errors(browser) == []
 
 

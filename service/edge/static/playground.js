@@ -1,6 +1,7 @@
 // The attention playground: plain DOM code over the public HTTP API (no framework, no build step).
 // The tables show the API's numbers; the page itself adds only what a student would redo by hand (X = E + PE,
-// weights·V, the sums behind one chosen cell). Relative URLs so the page works behind a path prefix.
+// weights·V, the concatenation, the sums behind one chosen cell). Relative URLs so the page works behind a path
+// prefix.
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
@@ -93,8 +94,9 @@ function readRequest() {
   return {body, labels: Array.from({length: count}, (_, i) => String(i))};
 }
 
-// The step-by-step: one head from the input X to the output, with one cell (query i, key j, and component t of
-// V) worked out by hand at every step. The head, i, j and t are the four selects above the steps.
+// The step-by-step: one head from the input X to the output, with one cell (query i, key j, component t of the
+// head's q, k, v and weights·V, dimension d of the output) worked out by hand at every step, with the weights the
+// trace carries (w_q, w_k, w_v per head, w_o). The head, i, j, t and d are the five selects above the steps.
 
 const SCORE_STEPS = [
   ["scores", "Raw scores Q·Kᵀ", "How well each query matches each key: the dot product of their vectors."],
@@ -127,8 +129,34 @@ function headOutputs(trace) {
     row.reduce((sum, weight, j) => sum + weight * trace.v[h][j][t], 0))));
 }
 
-// The head, query i, key j and component t the four selects (or the last click) chose.
-const chosen = () => ["#trace-head", "#trace-query", "#trace-key", "#trace-component"].map((id) => Number($(id).value));
+// The head, query i, key j, component t and output dimension d the five selects (or the last click) chose.
+const CHOICES = ["#trace-head", "#trace-query", "#trace-key", "#trace-component", "#trace-dimension"];
+const chosen = () => CHOICES.map((id) => Number($(id).value));
+
+// What a click on a cell of a table chooses, by the table's data-pick: its row, then its column.
+const PICKS = {key: ["#trace-query", "#trace-key"], component: ["#trace-query", "#trace-component"],
+  "key-component": ["#trace-key", "#trace-component"], dimension: ["#trace-query", "#trace-dimension"]};
+
+// row · column ``c`` of ``matrix``, summed in order as the worked line writes it.
+const product = (row, matrix, c) => row.reduce((sum, value, m) => sum + value * matrix[m][c], 0);
+
+// A weight matrix of more cells than this (W_o past d_model 64) is drawn only once its <details> is opened:
+// drawn at every redraw, d_model 512's W_o and W_q, W_k, W_v (360,000 cells) took a redraw from 3 s to 13 s.
+const OPEN_CELLS = 4096;
+
+// ``draw()``'s table, or past OPEN_CELLS a closed <details> that draws it when first opened, then ``drawn()``.
+function drawnWhenOpened(cells, caption, draw, drawn) {
+  if (cells <= OPEN_CELLS) return draw();
+  const details = element("details", {class: "large"},
+    element("summary", {}, `${caption}: ${cells.toLocaleString("en")} numbers, drawn when opened`));
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.dataset.drawn) return;
+    details.dataset.drawn = "yes";
+    details.append(draw());
+    drawn();
+  });
+  return details;
+}
 
 // The chosen head's steps as tables; then its chosen cell worked out (workCell).
 function drawTrace(steps) {
@@ -137,6 +165,11 @@ function drawTrace(steps) {
   const [heads, d_k, width] = [trace.q.length, trace.q[0][0].length, output[0].length];
   const tokenTable = (matrix, caption, name, pick) => matrixTable(matrix, {rows: labels,
     cols: positions(matrix[0].length), corner: "token ↓ dimension →", caption, name, pick});
+  // A projection's weights: a row per dimension of X (or column of the concatenation), a column per output one.
+  const weightTable = (matrix, caption, name, rows, corner) => drawnWhenOpened(matrix.length * matrix[0].length,
+    caption, () => matrixTable(matrix, {rows, cols: positions(matrix[0].length), corner, caption, name}),
+    () => workCell(steps));  // its cells used, highlighted
+  const concatColumns = outputs.flatMap((_, g) => positions(d_k).map((c) => `${g}·${c}`));
   const step = (name, title, help, ...tables) => element("li", {"data-step": name}, element("h3", {}, title),
     element("p", {class: "help"}, help), element("div", {class: "tables"}, ...tables),
     element("p", {class: "worked"}));
@@ -148,22 +181,28 @@ function drawTrace(steps) {
       rows: positions(labels.length), cols: positions(width), corner: "position ↓ dimension →",
       caption: "PE, the positional encoding"})] : []), tokenTable(input.x, "X, the input", "x")),
     step("qkv", `Q, K and V of head ${head}`, `Q = X·W_q, K = X·W_k, V = X·W_v, each n × d_k with d_k = ` +
-      `d_model / heads = ${width} / ${heads} = ${d_k}. This head's W_q, W_k, W_v (d_model × d_k) are random, ` +
-      `drawn from seed + ${head}; the API does not return them, so this product is the one you cannot redo here.`,
-    tokenTable(trace.q[head], "Q", "q"), tokenTable(trace.k[head], "K", "k"), tokenTable(trace.v[head], "V", "v")),
+      `d_model / heads = ${width} / ${heads} = ${d_k}: component c of a token's q is its row of X times column c ` +
+      `of W_q. This head's W_q, W_k, W_v (d_model × d_k) are random, drawn from seed + ${head}. Click a cell of ` +
+      "Q, K or V for its sum.",
+    ...["q", "k", "v"].map((letter) => weightTable(trace[`w_${letter}`][head], `W_${letter}, head ${head}`,
+      `w_${letter}`, positions(width), "dimension ↓ component →")),
+    tokenTable(trace.q[head], "Q", "q", "component"), tokenTable(trace.k[head], "K", "k", "key-component"),
+    tokenTable(trace.v[head], "V", "v", "key-component")),
     ...SCORE_STEPS.map(([key, title, help]) => step(key, title, help, matrixTable(trace[key][head], {
       rows: labels, cols: labels, corner: "query ↓ key →", caption: `${title}, head ${head}`, name: key,
       pick: "key"}))),
     step("head-output", `weights·V: head ${head}'s output`, "Each query's output is the average of the value " +
       "vectors (the rows of V), weighted by its row of softmax weights: n × d_k. Click a cell for its sum.",
     tokenTable(outputs[head], `weights·V, head ${head}`, "head-output", "component")),
-    step("concat", "Concatenate the heads, mix with W_o", `The ${heads} heads' outputs side by side (n × ` +
-      `d_model; head ${head}'s are the columns ${head}·0 to ${head}·${d_k - 1}), then multiplied by W_o ` +
-      "(d_model × d_model, random, drawn from seed + 99), which the API does not return: the concatenation can " +
-      "be checked here, the mix cannot. The output is as wide as the input, which is what lets blocks be stacked.",
-    matrixTable(steps.concat, {rows: labels, cols: outputs.flatMap((_, g) => positions(d_k).map((c) =>
-      `${g}·${c}`)), corner: "token ↓ head·component →", caption: "The heads concatenated", name: "concat"}),
-    tokenTable(output, "Output, all heads", "output")),
+    step("concat", "Concatenate the heads", `The ${heads} heads' outputs side by side, n × d_model: head ` +
+      `${head}'s are the columns ${head}·0 to ${head}·${d_k - 1}.`,
+    matrixTable(steps.concat, {rows: labels, cols: concatColumns, corner: "token ↓ head·component →",
+      caption: "The heads concatenated", name: "concat"})),
+    step("output", "Mix with W_o: the output", "output = concat·W_o: W_o (d_model × d_model, random, drawn from " +
+      "seed + 99) mixes the heads, each output dimension a row of the concatenation times a column of W_o. The " +
+      "output is as wide as the input, which is what lets blocks be stacked. Click a cell for its sum.",
+    weightTable(trace.w_o, "W_o", "w_o", concatColumns, "head·component ↓ dimension →"),
+    tokenTable(output, "Output, all heads", "output", "dimension")),
   );
   workCell(steps);
 }
@@ -179,7 +218,7 @@ function mark(name, rows, cols) {
 // The chosen cell by hand, step by step, under each step's tables.
 function workCell(steps) {
   const {answer: {trace}, labels, outputs, concat} = steps;
-  const [head, i, j, t] = chosen();
+  const [head, i, j, t, d] = chosen();
   const [query, key, q, k] = [labels[i], labels[j], trace.q[head][i], trace.k[head][j]];
   const say = (name, ...parts) => $(`#trace [data-step="${name}"] .worked`).replaceChildren(...parts);
   const score = q.reduce((sum, value, c) => sum + value * k[c], 0);
@@ -188,8 +227,13 @@ function workCell(steps) {
   say("input", `q[${query}] is computed from x[${query}], k[${key}] from x[${key}] (highlighted)`,
     ...(encoding ? [`; x[${query}, 0] = e[${query}, 0] + pe[${i}, 0] = ${fixed(embeddings[i][0])} + ` +
       `${factor(encoding[i][0])} = `, worked(x[i][0])] : []), ".");
-  say("qkv", `The query vector q[${query}] and the key vector k[${key}] are the highlighted rows; column ${t} of ` +
-    `V is what weights·V averages for its component ${t}.`);
+  // Component t of q[query], k[key] and v[key]: their row of X times column t of this head's W_q, W_k, W_v.
+  const projection = (letter, token, row) => {
+    const w = trace[`w_${letter}`][head];
+    return element("span", {class: "line"}, `${letter}[${token}, ${t}] = Σ x[${token}, m] × W_${letter}[m, ${t}] = `,
+      sumText(row.map((value, m) => `${factor(value)} × ${factor(w[m][t])}`)), " = ", worked(product(row, w, t)));
+  };
+  say("qkv", projection("q", query, x[i]), projection("k", key, x[j]), projection("v", key, x[j]));
   say("scores", `score[${query} → ${key}] = q[${query}] · k[${key}] = `,
     sumText(q.map((value, c) => `${factor(value)} × ${factor(k[c])}`)), " = ", worked(score));
   say("scaled_scores", `${fixed(score)} / √${q.length} = ${fixed(score)} / ${fixed(root)} = `, worked(score / root));
@@ -211,16 +255,21 @@ function workCell(steps) {
       : []))), " = ", worked(outputs[head][i][t]), weights.includes(0) ? " (keys of weight 0 left out)" : "");
   const column = head * q.length + t;
   say("concat", `concat[${query}, ${head}·${t}] = out[${query}, ${t}] of head ${head} = `,
-    worked(concat[i][column]), `; output[${query}] = concat[${query}] · W_o needs W_o.`);
+    worked(concat[i][column]), ".");
+  say("output", `output[${query}, ${d}] = Σ concat[${query}, m] × W_o[m, ${d}] = `,
+    sumText(concat[i].map((value, m) => `${factor(value)} × ${factor(trace.w_o[m][d])}`)), " = ",
+    worked(product(concat[i], trace.w_o, d)));
   for (const cell of document.querySelectorAll("#trace td.chosen")) cell.classList.remove("chosen");
   mark("x", [i, j], null);
+  for (const name of ["w_q", "w_k", "w_v"]) mark(name, null, [t]);
   mark("q", [i], null);
   mark("k", [j], null);
   mark("v", null, [t]);
   for (const [name] of SCORE_STEPS) mark(name, [i], [j]);
   mark("head-output", [i], [t]);
-  mark("concat", [i], [column]);
-  mark("output", [i], null);
+  mark("concat", [i], null);  // concat[i][column] is this head's; the output step reads the whole row
+  mark("w_o", null, [d]);
+  mark("output", [i], [d]);
 }
 
 // A run's step-by-step: the selects filled (a choice kept while the new run still has it), clicks wired.
@@ -231,14 +280,15 @@ function showSteps(steps) {
   fillSelect("#trace-query", positions(labels.length), tokens, String(Math.min(1, labels.length - 1)));
   fillSelect("#trace-key", positions(labels.length), tokens);
   fillSelect("#trace-component", positions(trace.q[0][0].length), (t) => `component ${t}`);
+  fillSelect("#trace-dimension", positions(trace.w_o.length), (d) => `dimension ${d}`);
   $("#trace-head").onchange = () => drawTrace(steps);
-  for (const id of ["#trace-query", "#trace-key", "#trace-component"]) $(id).onchange = () => workCell(steps);
-  $("#trace").onclick = (event) => {  // a score or weight cell chooses (i, j); a cell of weights·V chooses (i, t)
+  for (const id of CHOICES.slice(1)) $(id).onchange = () => workCell(steps);
+  $("#trace").onclick = (event) => {  // e.g. a score or weight cell chooses (i, j), a cell of weights·V (i, t)
     const cell = event.target.closest("td[data-row]");
-    const pick = cell?.closest("table").dataset.pick;
+    const pick = PICKS[cell?.closest("table").dataset.pick];
     if (!pick) return;
-    $("#trace-query").value = cell.dataset.row;
-    $(pick === "key" ? "#trace-key" : "#trace-component").value = cell.dataset.col;
+    $(pick[0]).value = cell.dataset.row;
+    $(pick[1]).value = cell.dataset.col;
     workCell(steps);
   };
   $("#heatmaps").onclick = (event) => {  // a heatmap cell chooses its head, query and key
