@@ -144,6 +144,10 @@ def test_demo_5_settings_show_four_heatmaps_with_the_api_numbers(browser, live):
                      "Mix with W_o: the output"]
     masked = browser.execute_script("return document.querySelectorAll('#trace td.masked').length")
     assert masked == 10  # the upper triangle of a 5 x 5 causal mask, in the "Masked" step
+    hatched = browser.execute_script(
+        "return [...document.querySelectorAll('#heatmaps figure')].map(f => "
+        "[...f.querySelectorAll('rect.cell.masked')].map(r => r.dataset.row + r.dataset.col))")
+    assert hatched == [[f"{i}{j}" for i in range(5) for j in range(i + 1, 5)]] * 4  # what the causal mask hid
     assert console_errors(browser) == []
 
 

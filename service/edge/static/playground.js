@@ -313,8 +313,10 @@ async function run(event) {
     const {body, labels} = readRequest();
     const answer = await postJson("v1/multi-head-attention", body);
     const heads = answer.weights;
+    // The causal mask goes with the weights: the picture hatches what it hid, unlike a weight that is merely 0.
+    const mask = body.causal ? labels.map((_, i) => labels.map((_, j) => j <= i)) : undefined;
     const [pictures, input] = await Promise.all([Promise.all(heads.map((weights, h) => postJson("v1/heatmap", {
-      weights, row_labels: labels, col_labels: labels, title: `Head ${h}`,
+      weights, mask, row_labels: labels, col_labels: labels, title: `Head ${h}`,
     }))), readInput(body, labels.length)]);
     $("#heatmaps").replaceChildren(...pictures.map((svg, h) => element("figure", {class: "heatmap", "data-head": h},
       svgNode(svg, `head${h}`),
@@ -451,8 +453,8 @@ async function loadVocabulary() {
 
 // The real model: one request computes every layer and head; choosing a head only redraws.
 
-// The server heatmaps' palette (viridis, 256 levels, exact zeros grey: service/operations/heatmap.py), so that
-// the model view's small pictures and the enlarged one read alike.
+// The server heatmaps' palette (viridis, 256 levels: service/operations/palette.py), so that the model view's
+// small pictures and the enlarged one read alike. A model's one sentence masks nothing: a 0 is the darkest colour.
 const VIRIDIS = ["440154", "482878", "3e4989", "31688e", "26828e", "1f9e89", "35b779", "6ece58", "fde725"]
   .map((hex) => [0, 2, 4].map((i) => parseInt(hex.slice(i, i + 2), 16)));
 const LEVELS = Array.from({length: 256}, (_, level) => {
@@ -460,7 +462,6 @@ const LEVELS = Array.from({length: 256}, (_, level) => {
   const low = Math.min(Math.floor(position), VIRIDIS.length - 2);
   return VIRIDIS[low].map((c, i) => Math.round(c + (VIRIDIS[low + 1][i] - c) * (position - low)));
 });
-const ZERO_RGB = [217, 217, 217];
 
 // An (n, n) matrix as an n x n pixel canvas (CSS scales it up, unsmoothed).
 function thumbnail(weights) {
@@ -469,7 +470,7 @@ function thumbnail(weights) {
   const context = canvas.getContext("2d");
   const image = context.createImageData(n, n);
   weights.forEach((row, i) => row.forEach((value, j) => {
-    const rgb = value === 0 ? ZERO_RGB : LEVELS[Math.round(Math.min(Math.max(value, 0), 1) * 255)];
+    const rgb = LEVELS[Math.round(Math.min(Math.max(value, 0), 1) * 255)];
     image.data.set([...rgb, 255], 4 * (i * n + j));
   }));
   context.putImageData(image, 0, 0);
