@@ -20,9 +20,10 @@ function formatNumber(value, fixed = false) {
   return Number.isInteger(value) && !fixed ? String(value) : value.toFixed(3);
 }
 
-// One line of a problem's errors: its pointer (or query parameter), then its detail, which does not name it again.
-function problemLine({pointer, parameter, detail}) {
-  return `${pointer || parameter}: ${detail}`;
+// One line of a problem's errors: where (a pointer, "" the whole body; a query parameter; a header), then its
+// detail, which does not name it again.
+function problemLine({pointer, parameter, header, detail}) {
+  return `${pointer || parameter || header || "the body"}: ${detail}`;
 }
 
 // fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.

@@ -3,11 +3,13 @@ what each answers: JSON, or the heatmap of its weights (SVG), chosen by the Acce
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
 from flask import Request, Response, request
+from werkzeug.datastructures import MIMEAccept
 
 from schemas.heatmap import FormatQuery, PictureQuery
 from service.edge.context import current_limits
@@ -22,6 +24,7 @@ from service.operations.registry import OPERATIONS, Operation
 SVG = "image/svg+xml"
 FORMATS = {"json": JSON, "svg": SVG}  # ?format= -> the media type it names
 FORMAT_QUERY = FormatQuery()
+CHARSET = re.compile(r'charset\s*=\s*"?([^";\s]+)', re.IGNORECASE)  # a media range's charset parameter
 
 
 def svg_response(svg: str) -> Response:
@@ -37,19 +40,33 @@ def svg_doc(description: str, example: str | None = None) -> dict[str, Any]:
 
 def negotiate(current: Request, offers: tuple[str, ...]) -> str:
     """The media type of ``offers`` (the server's preference first) that the request's Accept header prefers:
-    werkzeug's MIMEAccept reads quality values and wildcards, the most specific range deciding (q=0: refused); a
-    tie goes to the earlier offer. No Accept header (or one werkzeug cannot read): the first offer. None
-    acceptable: 406 listing ``offers``."""
+    werkzeug's MIMEAccept reads quality values and wildcards, the most specific range deciding (q=0: refused), and
+    other parameters are set aside; a tie goes to the earlier offer. No Accept header (or one werkzeug cannot
+    read): the first offer. None acceptable: 406 listing ``offers``."""
     header = current.headers.get("Accept")
     if not header or header == "*/*":  # most clients (curl, requests, httpx, fetch): no parse, ~10 us saved
         return offers[0]
     accept = current.accept_mimetypes
     if not accept:
         return offers[0]
+    if any(";" in value for value, _ in accept):  # werkzeug would match parameters against the offers exactly
+        accept = _without_parameters(accept)
     chosen = accept.best_match(offers)
     if chosen is None:
         raise NotAcceptable(header, offers)
     return chosen
+
+
+def _without_parameters(accept: MIMEAccept) -> MIMEAccept:
+    """The ranges with their media-type parameters set aside: every answer is UTF-8 and takes no other, so
+    ``charset=utf-8`` (any case) matches and a range asking another charset is dropped."""
+    ranges = []
+    for value, quality in accept:
+        media, _, parameters = value.partition(";")
+        charset = CHARSET.search(parameters)
+        if charset is None or charset.group(1).lower() in ("utf-8", "utf8"):
+            ranges.append((media.strip(), quality))
+    return MIMEAccept(ranges)
 
 
 def negotiated(offers: tuple[str, ...], *, format_query: bool = False) -> Callable[[Callable], Callable]:

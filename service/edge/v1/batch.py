@@ -19,9 +19,9 @@ from attention.errors import AttentionError
 from schemas.batch import batch_schemas
 from service.edge.context import current_limits
 from service.edge.errors import HTTPError, attention_problem, problem_body
-from service.edge.jsonio import round_arrays
+from service.edge.jsonio import JSON, round_arrays
 from service.edge.smorest import BODY_ERRORS, Blueprint
-from service.edge.v1 import examples
+from service.edge.v1 import examples, negotiated
 from service.operations import batching, sizes
 from service.operations.limits import Limits
 from service.operations.registry import BATCH_OPERATIONS
@@ -140,10 +140,11 @@ with metrics.unrecorded():  # the documented answer is computed at import: nobod
 
 
 @blp.route("/batch", methods=["POST"])
+@negotiated((JSON,))
 @blp.arguments(BatchRequest, example=EXAMPLE, precheck=_count_items)
 @blp.response(200, BatchResponse, dump=False, example=EXAMPLE_ANSWER)
-@blp.documents(*BODY_ERRORS)
-def batch(envelope: dict[str, Any]) -> dict[str, Any]:
+@blp.documents(*BODY_ERRORS, 406)
+def batch(envelope: dict[str, Any], media: str) -> dict[str, Any]:
     """Many requests in one call.
 
     Each item names an `op` (attention, self-attention, multi-head-attention, encoder, embed,

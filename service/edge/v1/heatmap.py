@@ -10,7 +10,7 @@ from werkzeug.exceptions import NotFound
 from schemas.heatmap import HeatmapRequest
 from service.edge.context import current_limits
 from service.edge.smorest import BODY_ERRORS, Blueprint
-from service.edge.v1 import svg_doc, svg_response
+from service.edge.v1 import SVG, negotiated, svg_doc, svg_response
 from service.operations import pictures
 from service.operations.limits import Limits
 from service.operations.reference import DEMOS
@@ -28,10 +28,11 @@ EXAMPLE_SVG = pictures.heatmap(HeatmapRequest().load(EXAMPLE), Limits())  # the 
 
 
 @blp.route("/heatmap", methods=["POST"])
+@negotiated((SVG,))
 @blp.arguments(HeatmapRequest, example=EXAMPLE)
 @blp.doc(**svg_doc("A standalone SVG document: one heatmap per head, a 0..1 colour legend.", EXAMPLE_SVG))
-@blp.documents(*BODY_ERRORS)
-def heatmap(params: dict[str, Any]) -> Response:
+@blp.documents(*BODY_ERRORS, 406)
+def heatmap(params: dict[str, Any], media: str) -> Response:
     """Draw attention weights.
 
     One heatmap per head (query tokens as rows, key tokens as columns), coloured on a 0..1 scale (or per
@@ -43,10 +44,11 @@ def heatmap(params: dict[str, Any]) -> Response:
 
 
 @blp.route("/demos/<string:name>/heatmap", methods=["GET"])
+@negotiated((SVG,))
 @blp.doc(**svg_doc("The demo's attention weights as an SVG heatmap (the example: lookup).",
                    pictures.demo_heatmap("lookup")))
-@blp.documents(404)
-def demo_heatmap(name: str) -> Response:
+@blp.documents(404, 406)
+def demo_heatmap(name: str, media: str) -> Response:
     """Draw a demo's weights.
 
     For the demos that show attention weights: lookup, causal-mask, multi-head (404 for the others).

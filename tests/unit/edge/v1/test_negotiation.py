@@ -35,6 +35,8 @@ def call(client, name: str, suffix: str = "", accept: str | None = None, query: 
     (f"{SVG}, {JSON}", JSON),  # equal quality: the server's preference, JSON (a generator may send every type)
     (f"*/*, {SVG};q=0", JSON),  # the most specific range decides: SVG refused, JSON by the wildcard
     (f"{JSON};q=oops", JSON),  # unreadable: as if absent
+    (f"{JSON}; charset=utf-8", JSON), (f"{JSON};charset=UTF-8", JSON),  # parameters do not rule an answer out
+    (f"{SVG}; charset=utf-8", SVG), (f"{JSON}; charset=utf-8; q=0.4, {SVG};q=0.5", SVG),
 ])
 def test_accept_chooses_json_or_the_heatmap(client, accept, answered):
     response = call(client, "multi-head-attention", accept=accept)
@@ -95,3 +97,17 @@ def test_every_drawing_operation_answers_its_heatmap_at_its_own_path(client, nam
 
 def test_non_drawing_operations_have_no_heatmap_path(client):
     assert client.post("/v1/embed/heatmap", json=examples.request("embed")).status_code == 404
+
+
+@pytest.mark.parametrize(("method", "path", "body", "acceptable"), [
+    ("POST", "/v1/batch", examples.request("batch"), [JSON]),
+    ("POST", "/v1/heatmap", {"weights": [[1.0]]}, [SVG]),
+    ("GET", "/v1/demos/lookup/heatmap", None, [SVG]),
+])
+def test_the_batch_and_picture_routes_answer_their_one_type_or_406(client, method, path, body, acceptable):
+    ask = client.post if method == "POST" else client.get
+    [media] = acceptable
+    answered = ask(path, json=body, headers={"Accept": f"{media}; charset=utf-8"})
+    assert answered.status_code == 200 and answered.mimetype == media and answered.vary.as_set() == {"accept"}
+    refused = assert_problem(ask(path, json=body, headers={"Accept": "text/html"}), 406)
+    assert refused["acceptable"] == acceptable
