@@ -22,7 +22,8 @@ COPY attention ./attention
 COPY schemas ./schemas
 COPY service ./service
 RUN pip install . \
-    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin app
+    && groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin app
 
 USER app
 EXPOSE 8000

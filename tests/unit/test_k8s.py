@@ -78,12 +78,13 @@ def service_variables() -> set[str]:
     return read_variables() | {env_name(name) for name in Limits().as_dict()} | {catalogue.VARIABLE} | BLAS_VARIABLES
 
 
-def image_user() -> tuple[int, str]:
-    """(uid, name) of the user the Dockerfile creates and runs as."""
+def image_user() -> tuple[int, int, str]:
+    """(uid, gid, name) of the user the Dockerfile creates and runs as."""
     dockerfile = (ROOT / "Dockerfile").read_text()
-    [uid] = re.findall(r"useradd\b[^\n]*--uid (\d+)", dockerfile)
+    [(uid, gid)] = re.findall(r"useradd\b[^\n]*--uid (\d+) --gid (\d+)", dockerfile)
+    assert re.search(rf"groupadd\b[^\n]*--gid {gid} ", dockerfile)
     [user] = re.findall(r"^USER (\S+)$", dockerfile, re.M)
-    return int(uid), user
+    return int(uid), int(gid), user
 
 
 def image_command() -> list[str]:
@@ -169,9 +170,9 @@ def test_the_kserve_validation_refuses_unknown_fields_and_wrong_types(kserve_sch
 def test_the_pod_runs_the_image_command_as_the_image_user_with_nothing_more(overlay):
     _, objects = overlay
     pod, api = pod_spec(objects), container(objects)
-    uid, user = image_user()
+    uid, gid, user = image_user()
     assert user == "app" and pod["securityContext"]["runAsUser"] == uid == 10001
-    assert pod["securityContext"]["runAsGroup"] == uid and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsGroup"] == gid == 10001 and pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert api["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                       "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
@@ -282,9 +283,11 @@ def test_prod_keeps_two_replicas_on_different_nodes_and_rolls_out_with_none_down
     assert hpa["metrics"] == [{"type": "Resource", "resource": {
         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]
     assert deployment["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-    assert objects["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1 < hpa["minReplicas"]
+    budget = objects["PodDisruptionBudget"]["spec"]
+    assert budget["maxUnavailable"] == 1 < hpa["minReplicas"] and budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     constraints = deployment["template"]["spec"]["topologySpreadConstraints"]
     spread = {constraint["topologyKey"]: constraint["whenUnsatisfiable"] for constraint in constraints}
+    assert all(constraint["nodeTaintsPolicy"] == "Honor" for constraint in constraints)  # tainted nodes: no domain
     assert spread == {"kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
 
 
