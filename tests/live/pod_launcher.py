@@ -41,6 +41,10 @@ def main(argv: list[str]) -> None:
     # the kept paths bound back, opens the way in this namespace only.
     for path in sorted({closed for kept in keep if (closed := closed_ancestor(kept))}):
         cover(path, "mode=0755", keep)
+    # A kept directory closed itself (``mktemp -d`` makes 0700; a checkout cloned into one is): a 0755 tmpfs on
+    # it, with each of its entries bound back.
+    for path in [kept for kept in keep if not os.stat(kept).st_mode & 0o001]:
+        reopen(path)
     # readOnlyRootFilesystem: every other mount read-only, the tmpfs covers and binds above included. /proc, /sys
     # and /dev are the runtime's; mounts that are read-only already (some of the host's) are left as they are.
     if options.read_only:
@@ -86,6 +90,26 @@ def cover(path: str, options: str, keep: dict[str, int]) -> None:
         if inside(kept, path):
             os.makedirs(kept, exist_ok=True)
             mount(f"/proc/self/fd/{handle}", kept, flags=MS_BIND)
+
+
+def reopen(path: str) -> None:
+    """``path`` (a directory others may not search) as a 0755 tmpfs holding each of its entries, bound back through
+    a handle taken before the tmpfs covered them (a symbolic link is made again, not bound)."""
+    names = os.listdir(path)
+    entries = {name: os.open(os.path.join(path, name), os.O_PATH | os.O_NOFOLLOW) for name in names}
+    links = {name: os.readlink(os.path.join(path, name)) for name in names if os.path.islink(os.path.join(path, name))}
+    directories = {name for name in names if os.path.isdir(os.path.join(path, name))}
+    mount("tmpfs", path, "tmpfs", data="mode=0755")
+    for name, handle in entries.items():
+        target = os.path.join(path, name)
+        if name in links:
+            os.symlink(links[name], target)
+            continue
+        if name in directories:
+            os.mkdir(target)
+        else:
+            open(target, "x").close()  # a mount point for the file: it is bound over at once
+        mount(f"/proc/self/fd/{handle}", target, flags=MS_BIND)
 
 
 def writable_mounts() -> dict[str, int]:
