@@ -170,6 +170,29 @@ def kubectl_available() -> bool:
     return shutil.which("kubectl") is not None
 
 
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def image_command() -> list[str]:
+    """The Dockerfile's CMD, as argv."""
+    [cmd] = re.findall(r"^CMD (\[.*\])$", DOCKERFILE, re.M)
+    return json.loads(cmd)
+
+
+def image_user() -> tuple[int, int, str]:
+    """(uid, gid, name) of the user the Dockerfile creates and runs as."""
+    [(uid, gid)] = re.findall(r"useradd\b[^\n]*--uid (\d+) --gid (\d+)", DOCKERFILE)
+    assert re.search(rf"groupadd\b[^\n]*--gid {gid} ", DOCKERFILE)
+    [user] = re.findall(r"^USER (\S+)$", DOCKERFILE, re.M)
+    return int(uid), int(gid), user
+
+
+def image_environment() -> dict[str, str]:
+    """The Dockerfile's ENV: the container runtime sets it, under a manifest's variables."""
+    lines = DOCKERFILE.replace("\\\n", " ").splitlines()
+    return dict(word.split("=", 1) for line in lines if line.startswith("ENV ") for word in shlex.split(line[4:]))
+
+
 class Gunicorn:
     """One API instance on 127.0.0.1:<free port>, in its own session, until ``stop()`` (or its ``with`` ends).
 

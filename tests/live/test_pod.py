@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from tests.harness import (
     LaunchError,
     container_environment,
     free_port,
+    image_environment,
     in_ci,
     kustomize,
     post_in_flight,
@@ -77,13 +77,6 @@ def quantity(text: str) -> int:
     """A Kubernetes quantity such as 64Mi, in bytes (the binary suffixes only: what sizeLimit uses here)."""
     number, unit = re.fullmatch(r"(\d+)([KMG]i)?", text).groups()
     return int(number) * UNITS.get(unit, 1)
-
-
-def image_environment() -> dict[str, str]:
-    """The Dockerfile's ENV: the container runtime sets it, under the manifest's variables."""
-    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
-    return dict(word.split("=", 1) for line in text.splitlines() if line.startswith("ENV ")
-                for word in shlex.split(line[4:]))
 
 
 def environment(container: dict, objects: list[dict]) -> dict[str, str]:

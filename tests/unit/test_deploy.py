@@ -3,16 +3,17 @@ and agree with the service's settings (read as files: no Docker, no nginx)."""
 
 from __future__ import annotations
 
-import json
 import re
 
 from service.operations.limits import Limits
 from tests.harness import (
     COMPOSE,
+    DOCKERFILE,
     NGINX_CONF,
-    ROOT,
     compose_api_command,
     compose_api_environment,
+    image_command,
+    image_user,
     interpolate,
 )
 
@@ -30,21 +31,18 @@ def test_compose_runs_the_api_as_the_local_topology_and_the_image_do():
     api = COMPOSE["services"]["api"]
     command = compose_api_command()
     assert command == ["gunicorn", "-c", "service/gunicorn.conf.py", "service.wsgi:app"]
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    [cmd] = re.findall(r"^CMD (\[.*\])$", dockerfile, re.M)
-    assert json.loads(cmd) == command
+    assert image_command() == command
     assert int(interpolate(api["deploy"]["replicas"])) == 2
     env = compose_api_environment()
     assert all(env[name] == "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"))
     assert env["API_KEYS"] == "" and env["CORS_ORIGINS"] == ""  # off unless the operator sets them
     assert f"127.0.0.1:{env['PORT']}/readyz" in " ".join(api["healthcheck"]["test"])
-    assert "/readyz" in re.search(r"^HEALTHCHECK[^\n]*\n[^\n]*", dockerfile, re.M).group(0)
+    assert "/readyz" in re.search(r"^HEALTHCHECK[^\n]*\n[^\n]*", DOCKERFILE, re.M).group(0)
 
 
 def test_the_image_is_slim_and_runs_as_a_non_root_user():
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.\d+-slim$", dockerfile, re.M)
-    [user] = re.findall(r"^USER (\S+)$", dockerfile, re.M)
+    assert re.search(r"^FROM python:3\.\d+-slim$", DOCKERFILE, re.M)
+    *_, user = image_user()
     assert user not in ("root", "0")
 
 

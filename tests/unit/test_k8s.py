@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import math
 import re
 
@@ -17,7 +16,16 @@ import yaml
 
 from service.operations import catalogue
 from service.operations.limits import Limits, env_name
-from tests.harness import ROOT, container_environment, in_ci, kubectl_available, kustomize, read_variables
+from tests.harness import (
+    ROOT,
+    container_environment,
+    image_command,
+    image_user,
+    in_ci,
+    kubectl_available,
+    kustomize,
+    read_variables,
+)
 
 OVERLAYS = ("dev", "prod")
 KUBERNETES = ("1.30", kubernetes_validate.latest_version())  # the oldest version the manifests need, the newest
@@ -76,20 +84,6 @@ def service_variables() -> set[str]:
     """Every environment variable the service reads: the names in its os.environ calls, the limits'
     ATTENTION_MAX_* names, ATTENTION_MODELS, and the BLAS libraries' thread counts."""
     return read_variables() | {env_name(name) for name in Limits().as_dict()} | {catalogue.VARIABLE} | BLAS_VARIABLES
-
-
-def image_user() -> tuple[int, int, str]:
-    """(uid, gid, name) of the user the Dockerfile creates and runs as."""
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    [(uid, gid)] = re.findall(r"useradd\b[^\n]*--uid (\d+) --gid (\d+)", dockerfile)
-    assert re.search(rf"groupadd\b[^\n]*--gid {gid} ", dockerfile)
-    [user] = re.findall(r"^USER (\S+)$", dockerfile, re.M)
-    return int(uid), int(gid), user
-
-
-def image_command() -> list[str]:
-    [cmd] = re.findall(r"^CMD (\[.*\])$", (ROOT / "Dockerfile").read_text(), re.M)
-    return json.loads(cmd)
 
 
 def project_version() -> str:
