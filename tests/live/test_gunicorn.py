@@ -151,7 +151,7 @@ def _exited(pid: int) -> bool:
     """Whether ``pid`` has exited: gone, or a zombie its parent has not reaped (this test, an init that never does)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between the open and the read (ESRCH)
         return True
 
 
