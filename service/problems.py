@@ -74,6 +74,12 @@ class LimitExceeded(ValidationProblem):
                          limit={"name": name, "maximum": maximum, "value": value})
 
 
+class InternalError(Problem):
+    """500: a bug met while answering one item of many (the others keep their answers)."""
+
+    code = 500
+
+
 class MalformedJSON(Problem):
     """400: the body is not valid JSON (orjson: no NaN, no Infinity, UTF-8 only)."""
 
@@ -111,6 +117,28 @@ def invalid(messages: Any, root: tuple[str | int, ...] = (), *, query: bool = Fa
               for where, detail in flatten_messages(messages, root)]
     summary = "; ".join(f"{error.get('pointer', error.get('parameter'))}: {error['detail']}" for error in errors)
     return ValidationProblem(f"The request is invalid: {summary}"[:500], errors=errors)
+
+
+def problem_members(error: Exception) -> dict[str, Any]:
+    """The problem object of a :class:`Problem` or a werkzeug HTTPException (read by their shared attributes):
+    a batch item's ``error`` is exactly this."""
+    code = getattr(error, "code", None) or 500
+    name = getattr(error, "name", None) or http.HTTPStatus(code).phrase
+    body = {"type": getattr(error, "problem_type", "about:blank"), "title": name, "status": code,
+            "detail": getattr(error, "description", None) or name}
+    return {**body, **getattr(error, "members", {})}
+
+
+ARGUMENT_POINTERS = {name: pointer("weights", name) for name in ("w_q", "w_k", "w_v", "w_o")}
+
+
+def attention_problem(error: ValueError) -> ValidationProblem:
+    """The engine's ``AttentionError`` (bad argument shapes or values) as 422 pointing at the argument: the
+    detail names it once ("n_heads: ..."), the error item's pointer names it and its detail does not repeat it."""
+    argument = str(getattr(error, "argument", "") or "")
+    where = ARGUMENT_POINTERS.get(argument, pointer(argument) if argument else "")
+    item = getattr(error, "detail", None) if where else None
+    return ValidationProblem(str(error), errors=[{"pointer": where, "detail": item or str(error)}])
 
 
 def problem_bytes(status: int, title: str, detail: str, problem_type: str = "about:blank", **members: Any) -> bytes:

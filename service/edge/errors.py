@@ -14,7 +14,7 @@ from flask import Flask, Response
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from service.edge.observability import request_id
-from service.problems import PROBLEM_JSON, Problem, ValidationProblem, pointer, problem_bytes
+from service.problems import PROBLEM_JSON, Problem, attention_problem, problem_bytes, problem_members
 
 log = logging.getLogger(__name__)
 HTTPError = HTTPException | Problem  # what a view raises for a 4xx: both are answered alike
@@ -49,17 +49,10 @@ def problem_response(status: int, title: str, detail: str, problem_type: str = "
     return response
 
 
-def problem_body(error: HTTPError) -> dict[str, Any]:
-    """The problem object of an HTTPException (a batch item's ``error`` is exactly this)."""
-    body = {"type": getattr(error, "problem_type", "about:blank"), "title": error.name,
-            "status": error.code or 500, "detail": error.description or error.name}
-    return {**body, **getattr(error, "members", {})}
-
-
 def handle_http_exception(error: HTTPError) -> Response:
     """Any werkzeug HTTPException (404, 405, 413, 415, ...) or Problem as a problem."""
     headers = {k: v for k, v in error.get_headers() if k.lower() != "content-type"}
-    members = problem_body(error)
+    members = problem_members(error)
     return problem_response(members.pop("status"), members.pop("title"), members.pop("detail"), members.pop("type"),
                             headers, **members)
 
@@ -80,18 +73,6 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(Problem, handle_http_exception)
     app.register_error_handler(AttentionError, handle_attention_error)
     app.register_error_handler(Exception, handle_unexpected)
-
-
-ARGUMENT_POINTERS = {name: pointer("weights", name) for name in ("w_q", "w_k", "w_v", "w_o")}
-
-
-def attention_problem(error: ValueError) -> ValidationProblem:
-    """The engine's ``AttentionError`` (bad argument shapes or values) as 422 pointing at the argument: the
-    detail names it once ("n_heads: ..."), the error item's pointer names it and its detail does not repeat it."""
-    argument = str(getattr(error, "argument", "") or "")
-    where = ARGUMENT_POINTERS.get(argument, pointer(argument) if argument else "")
-    item = getattr(error, "detail", None) if where else None
-    return ValidationProblem(str(error), errors=[{"pointer": where, "detail": item or str(error)}])
 
 
 def handle_attention_error(error: ValueError) -> Response:

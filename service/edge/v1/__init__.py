@@ -14,12 +14,13 @@ from werkzeug.datastructures import MIMEAccept
 from schemas.heatmap import FormatQuery, PictureQuery
 from service.edge.context import current_limits
 from service.edge.errors import NotAcceptable
-from service.edge.jsonio import JSON, parse_request, round_arrays
+from service.edge.jsonio import JSON, parse_request
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import examples
 from service.operations import pictures
 from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
+from service.operations.rounding import round_arrays
 
 SVG = "image/svg+xml"
 FORMATS = {"json": JSON, "svg": SVG}  # ?format= -> the media type it names

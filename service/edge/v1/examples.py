@@ -8,10 +8,11 @@ from typing import Any
 
 import orjson
 
-from service.edge.jsonio import dumps, round_arrays
+from service.edge.jsonio import dumps
 from service.operations.catalogue import ModelNotFound
 from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
+from service.operations.rounding import round_arrays
 from service.runtime import metrics
 
 # Every operation's, and a batch of other examples plus an item with a typo (it alone gets a 422).

@@ -1,0 +1,105 @@
+"""Many v1 requests answered at once, each exactly as its single endpoint would answer it. No Flask here:
+POST /v1/batch (service.edge.v1.batch) and the batch jobs' workers (service.jobs) both answer through it.
+
+Order, per item: its body loaded with its endpoint's schema (a 422 of its own), admitted and sized against the
+limits as alone (a 422 of its own), then the sized items computed together (service.operations.batching) and each
+answer rounded as its endpoint rounds. A refused item never affects the others. Pointers in an item's problem are
+prefixed with ``root(index)``: ``/requests/3/body/query/0`` in /v1/batch, ``/query/0`` (relative to the body) in a
+job's error file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marshmallow import Schema, ValidationError
+
+from attention.errors import AttentionError
+from service.operations import batching, sizes
+from service.operations.limits import Limits
+from service.operations.registry import BATCH_OPERATIONS
+from service.operations.rounding import round_arrays
+from service.problems import InternalError, Problem, attention_problem, invalid, pointer
+
+log = logging.getLogger(__name__)
+Root = Callable[[int], tuple[str | int, ...]]  # item index -> the path parts of its body
+# One instance per op, reused: loading keeps no state between calls.
+REQUESTS: dict[str, Schema] = {name: op.batch_request() for name, op in BATCH_OPERATIONS.items()}
+
+
+@dataclass(frozen=True)
+class Sized:
+    """An item within its own limits: where it is, what it asks for, and what it costs (service.operations.sizes)."""
+
+    index: int
+    op: str
+    params: sizes.Params
+    work: sizes.Work
+    cost: int
+
+
+def size(items: Sequence[tuple[str, Any]], limits: Limits, root: Root) -> tuple[list[Problem | None], list[Sized]]:
+    """``(op, body)`` items loaded and sized: a problem per refused item (None for the others), and the others."""
+    refused: list[Problem | None] = [None] * len(items)
+    sized = []
+    for index, (op, body) in enumerate(items):
+        operation = BATCH_OPERATIONS[op]
+        try:
+            params = REQUESTS[op].load(body)
+        except ValidationError as error:  # its detail names the pointers from the root too
+            refused[index] = invalid(error.messages, root(index))
+            continue
+        try:
+            if operation.admit is not None:
+                operation.admit(params, limits)
+            work = operation.work(params)
+            sizes.check(work, limits)  # as its single endpoint would: a 422 of its own, counting nothing
+        except Problem as error:
+            refused[index] = rooted(root(index), error)
+        else:
+            sized.append(Sized(index, op, params, work, sizes.cost(work)))
+    return refused, sized
+
+
+def compute(sized: Sequence[Sized], limits: Limits, root: Root) -> Iterator[tuple[int, dict[str, Any] | Problem]]:
+    """``(index, answer or problem)`` of each sized item, computed together (service.operations.batching)."""
+    results = batching.run([(item.op, item.params) for item in sized], limits)
+    for item, result in zip(sized, results, strict=True):
+        if isinstance(result, Exception):
+            yield item.index, rooted(root(item.index), result)
+        else:  # rounded, exactly as the single endpoint does
+            yield item.index, round_arrays(result, item.params.get("decimals"))
+
+
+def budgets(sized: Sequence[Sized], maximum: int) -> Iterator[list[Sized]]:
+    """``sized`` in consecutive runs that each cost at most ``maximum`` (counting the random weights their seeded
+    layers draw, as /v1/batch does); an item past it alone runs alone (it is within its endpoint's limits)."""
+    run: list[Sized] = []
+    for item in sized:
+        if run and sum(i.cost for i in run) + item.cost + sizes.draws(i.work for i in [*run, item]) > maximum:
+            yield run
+            run = []
+        run.append(item)
+    if run:
+        yield run
+
+
+def rooted(root: tuple[str | int, ...], error: Exception) -> Problem:
+    """A compute error as the problem its single endpoint would answer, its pointers prefixed with ``root``.
+
+    A query parameter (positional-encoding's limits) is a body member here, so it gets a pointer.
+    """
+    if isinstance(error, AttentionError):
+        error = attention_problem(error)
+    elif not isinstance(error, Problem):
+        log.error("unhandled error in the item at %s", pointer(*root), exc_info=error)
+        return InternalError("The server failed to answer this item; this is a bug.")
+    if "errors" in error.members:
+        prefix = pointer(*root)
+        error.members["errors"] = [
+            {"pointer": prefix + (e["pointer"] if "pointer" in e else pointer(e["parameter"])), "detail": e["detail"]}
+            for e in error.members["errors"]]
+    return error
