@@ -18,15 +18,17 @@ from flask import Flask
 from service.edge import health, observability, pages, security
 from service.edge.jsonio import OrjsonProvider
 from service.edge.smorest import init_api
-from service.edge.v1 import attention, batch, demos, heatmap, limits, models, reference
+from service.edge.v1 import attention, batch, batches, demos, files, heatmap, limits, models, reference
 from service.edge.v2 import models as v2_models
 from service.edge.v2 import routes as v2
+from service.jobs.queue import PerProcess
+from service.jobs.settings import Settings
 from service.operations import catalogue
 from service.operations.limits import Limits
 
 # flask-smorest blueprints: routed and documented in the OpenAPI spec.
 BLUEPRINTS = (attention.blp, models.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp,
-              batch.blp)
+              batch.blp, files.blp, batches.blp)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -48,8 +50,9 @@ class App(Flask):
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
-    the limits read from the environment. The models ATTENTION_MODELS names are loaded here: in gunicorn's
-    master (preload), before the fork, so every worker shares their pages."""
+    the limits read from the environment; ``JOBS`` (a :class:`service.jobs.settings.Settings`) the batch jobs'
+    settings. The models ATTENTION_MODELS names are loaded here: in gunicorn's master (preload), before the fork, so
+    every worker shares their pages."""
     served = catalogue.from_env()
     v2_models.refuse_clashes(served)
     catalogue.install(served)
@@ -57,6 +60,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app.json = OrjsonProvider(app)
     app.config.update(config or {})
     app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
+    # Opened on first use in each process: never in gunicorn's preloaded master (service.jobs.queue).
+    app.extensions["jobs"] = PerProcess(app.config.get("JOBS") or Settings.from_env(), app.extensions["limits"])
     observability.init_app(app)  # a middleware: every answer gets a request id, metrics and a log line
     security.init_app(app)
     api = init_api(app)

@@ -11,13 +11,14 @@ browser, or ``*`` for any.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, current_app, request
 
-from service.edge.jsonio import dumps
+from service.operations.jsontext import dumps
 from service.problems import TYPE_BASE, Problem
 
 CHALLENGE = 'Bearer realm="attention-service"'
@@ -85,6 +86,15 @@ def key_matches(authorization: str | None, keys: tuple[bytes, ...]) -> bool:
     for key in keys:  # no early exit: the time does not tell which key (or how many) matched
         found |= hmac.compare_digest(candidate, key)
     return found
+
+
+def owner() -> str:
+    """Who owns what this request creates: a digest of its bearer key while API_KEYS is set (the request got past
+    :class:`RequireKey`), "" otherwise (everyone's). Never the key itself: records outlive a rotated key."""
+    if not current_app._get_current_object().extensions["api_keys"]:
+        return ""
+    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    return hashlib.sha256(token.encode("latin-1", "replace")).hexdigest()[:32]
 
 
 class RequireKey:

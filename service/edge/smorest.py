@@ -36,6 +36,7 @@ ERROR_RESPONSES = {
     405: ("MethodNotAllowed", "The path exists but not with this method (see the Allow header)."),
     406: ("NotAcceptable", "The Accept header allows none of the media types the operation answers: "
                            "`acceptable` lists them."),
+    409: ("Conflict", "The resource's state does not allow this now (the detail says why)."),
     413: ("ContentTooLarge", "The body is larger than max_body_bytes (see GET /v1/limits)."),
     415: ("UnsupportedMediaType", "The body is not application/json, or it is compressed (Content-Encoding), or it "
                                   "is not UTF-8 and declares another charset."),

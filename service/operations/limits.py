@@ -8,6 +8,8 @@ the tokenizer takes ~2 s a megabyte, so length is judged before tokenizing.
 A batch holds at most 256 items, each within the limits above, and a budget of 2**25 in all: each
 number computed counts 1 and each number returned 3 more, so an answer holds at most ~8 M numbers
 (~64 MiB of arrays, ~180 MB of JSON); 256 items of (n=128, d_model=64, h=4) without weights fit.
+A batch job (POST /v1/batches) reads a file of at most 50,000 requests, 200 MiB and 1 MiB a line; files are kept
+30 days, or as long as a batch still needs them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class Limits:
     max_heatmap_cells: int = 16384
     max_batch_items: int = 256
     max_batch_elements: int = 2**25
+    max_job_requests: int = 50_000
+    max_file_bytes: int = 200 * 1024 * 1024
+    max_line_bytes: int = 1024 * 1024
+    file_retention_seconds: int = 30 * 24 * 3600
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Limits:

@@ -169,4 +169,9 @@ DESCRIPTIONS = {
                           "1024 multiply-adds of projections and feed-forward) plus 3 for each number they return "
                           "(every trace array too: the answer takes the memory, ~8 M numbers at most), plus the "
                           "random weights of each distinct seeded layer (413 above it).",
+    "max_job_requests": "Requests (lines) in a batch job's input file (POST /v1/batches: the batch fails).",
+    "max_file_bytes": "Size of an uploaded file in bytes (POST /v1/files: 413 above it, before it is stored).",
+    "max_line_bytes": "Bytes of one line of a batch job's input file (the batch fails).",
+    "file_retention_seconds": "How long an uploaded or output file is kept (its expires_at), unless a batch still "
+                              "needs it.",
 }

@@ -76,11 +76,17 @@ def test_the_edge_knows_the_engine_only_by_its_errors():
         assert engine <= {"attention.errors"}, (name, engine)
 
 
+def test_the_jobs_know_no_flask_nor_the_edge():
+    for name, imports in _under("service.jobs").items():
+        assert not _tops(imports) & {"flask", "werkzeug", "flask_smorest"}, name
+        assert not any(i.startswith("service.edge") for i in imports), name
+
+
 def test_the_runtime_and_the_gunicorn_config_import_neither_flask_nor_numpy_nor_the_layers_above():
     config = top_level_imports(ROOT / "service" / "gunicorn.conf.py")
     for name, imports in {**_under("service.runtime"), "gunicorn.conf": config}.items():
         assert not _tops(imports) & {"flask", "werkzeug", "numpy", "attention", "schemas"}, name
-        assert not any(i.startswith(("service.edge", "service.operations")) for i in imports), name
+        assert not any(i.startswith(("service.edge", "service.operations", "service.jobs")) for i in imports), name
 
 
 def test_service_itself_imports_nothing():
@@ -105,10 +111,10 @@ def test_the_import_graph_has_no_cycles():
         walk(name, ())
 
 
-def test_service_holds_three_packages_and_few_files_of_its_own():
+def test_service_holds_four_packages_and_few_files_of_its_own():
     own = {path.name for path in (ROOT / "service").glob("*.py")} - {"__init__.py"}
     assert {"wsgi.py", "gunicorn.conf.py"} <= own and len(own) <= 6, own
-    for package in ("edge", "operations", "runtime"):
+    for package in ("edge", "operations", "runtime", "jobs"):
         doc = ast.get_docstring(ast.parse((ROOT / "service" / package / "__init__.py").read_text()))
         assert doc and "import" in doc.lower(), package  # says what lives there and what it may import
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from service.edge.jsonio import dumps
 from service.operations.catalogue import ModelNotFound
+from service.operations.jsontext import dumps
 from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
 from service.operations.rounding import round_arrays

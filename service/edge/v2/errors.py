@@ -15,7 +15,7 @@ from flask import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
 from service.edge import errors as problems
-from service.edge.jsonio import dumps
+from service.operations.jsontext import dumps
 from service.problems import Problem
 
 if TYPE_CHECKING:

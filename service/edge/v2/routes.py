@@ -21,12 +21,13 @@ from schemas.v2 import (
     ServerReady,
 )
 from service.edge.context import current_limits
-from service.edge.jsonio import check_depth, declared_charset, dumps, read_body
+from service.edge.jsonio import declared_charset, read_body
 from service.edge.smorest import PACKAGE, VERSION, Blueprint
 from service.edge.v2 import errors
 from service.edge.v2.infer import infer
 from service.edge.v2.models import MODELS, Served, find, names
 from service.edge.v2.tensors import HEADER_LENGTH, load_json, parse_header
+from service.operations.jsontext import check_depth, dumps
 from service.operations.limits import Limits
 from service.operations.reference import engine_ready
 from service.runtime import metrics

@@ -6,7 +6,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.edge.jsonio import json_depth
+from service.operations.jsontext import json_depth
 
 # Strings full of the characters that could fool a byte scan: brackets, quotes, backslashes.
 TRICKY = st.text(alphabet=st.sampled_from('[]{}"\\ab\n\u00e9'), max_size=8)

@@ -1,0 +1,92 @@
+"""A chunk of a batch computed by a worker: its lines read back by byte range, each body validated and sized by
+its endpoint's rules, all computed together as /v1/batch computes (service.operations.answers), in runs within
+``max_batch_elements``; the answers written as output lines, the refused items as error lines, both files renamed
+into place at once, then the chunk's counts recorded once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from service.jobs import finishing, keys, leases
+from service.jobs.endpoints import endpoints
+from service.jobs.queue import Jobs
+from service.operations import answers
+from service.operations.jsontext import dumps, json_depth
+from service.problems import Problem, ValidationProblem, problem_members
+
+
+def run(jobs: Jobs, batch_id: str, index: int) -> None:
+    """Compute chunk ``index`` of ``batch_id`` unless it is done, or the batch is stopping (cancelled, expired,
+    being finished: the reaper gives its items their error lines)."""
+    record, validated, cancel, final, done = jobs.store.get_many([
+        keys.batch(batch_id), keys.event(batch_id, "validated"), keys.event(batch_id, "cancel"),
+        keys.event(batch_id, "final"), keys.chunk(batch_id, index)])
+    if record is None or validated is None or done is not None:
+        return
+    if cancel is not None or final is not None or time.time() >= record["expires_at"]:
+        jobs.store.delete([keys.lease(batch_id, str(index))])  # not run: nothing to reap
+        return
+    offset, length, first, _ = validated["chunks"][index]
+    with leases.held(jobs, batch_id, str(index)):
+        lines = jobs.bodies.read_range(record["input_file_id"], offset, length).split(b"\n")
+        out, err = _answer(jobs, batch_id, record["endpoint"], lines, first)
+        jobs.bodies.write(jobs.bodies.chunk(batch_id, index, "out"), out)
+        jobs.bodies.write(jobs.bodies.chunk(batch_id, index, "err"), err)
+        jobs.store.claim(keys.chunk(batch_id, index), {"completed": len(out), "failed": len(err)})
+    finishing.complete_if_done(jobs, batch_id)
+
+
+def _answer(jobs: Jobs, batch_id: str, endpoint: str, lines: list[bytes], first: int) -> tuple[list[bytes],
+                                                                                                 list[bytes]]:
+    """The output lines and the error lines of ``lines`` (numbered from ``first``; blank ones skipped)."""
+    op, path = endpoints()[endpoint]
+    numbered = [(first + offset, line) for offset, line in enumerate(lines) if line.strip()]
+    requests = [orjson.loads(line) for _, line in numbered]  # each parsed once already, when validated
+    outcomes: list[Any] = [_refused(jobs, line, request, path) for (_, line), request in zip(numbered, requests,
+                                                                                             strict=True)]
+    open_items = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    refused, sized = answers.size([(op, {**requests[i]["body"], **path}) for i in open_items], jobs.limits, _root)
+    for position, problem in enumerate(refused):
+        outcomes[open_items[position]] = problem
+    for run_ in answers.budgets(sized, jobs.limits.max_batch_elements):
+        for position, answer in answers.compute(run_, jobs.limits, _root):
+            outcomes[open_items[position]] = answer
+    token = batch_id.removeprefix("batch_")
+    out, err = [], []
+    for (number, _), request, outcome in zip(numbered, requests, outcomes, strict=True):
+        request_id = f"req_{token}_{number}"
+        if isinstance(outcome, Problem):
+            body = {**problem_members(outcome), "request_id": request_id}
+            response = {"status_code": body["status"], "request_id": request_id, "body": body}
+        else:
+            response = {"status_code": 200, "request_id": request_id, "body": outcome}
+        line = {"id": f"batch_req_{token}_{number}", "custom_id": request["custom_id"], "response": response,
+                "error": None}
+        (err if isinstance(outcome, Problem) else out).append(dumps(line) + b"\n")
+    return out, err
+
+
+def _root(index: int) -> tuple[str | int, ...]:
+    return ()  # pointers relative to the line's body, as its endpoint would answer them
+
+
+def _refused(jobs: Jobs, line: bytes, request: dict[str, Any], path: dict[str, Any]) -> Problem | None:
+    """What the endpoint refuses before its schema looks: a body that is not an object, nested past
+    max_json_depth, or naming a path parameter (the url gives it)."""
+    body = request.get("body")
+    if not isinstance(body, dict):
+        return ValidationProblem.at("", "body must be a JSON object: the request body of the endpoint.")
+    limits = jobs.limits
+    if line.count(b"[") + line.count(b"{") > limits.max_json_depth + 1:  # the line's object wraps the body
+        try:
+            limits.check("max_json_depth", json_depth(line) - 1, pointer="")
+        except Problem as problem:
+            return problem
+    for name in path:
+        if name in body:
+            return ValidationProblem.at("/" + name, f"Unknown field: the url names the {name}.")
+    return None

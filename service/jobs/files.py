@@ -1,0 +1,121 @@
+"""Files (POST/GET/DELETE /v1/files): a body under ATTENTION_DATA_DIR and its record, as OpenAI's file object.
+
+With API keys, a file belongs to the key that uploaded it (``owner``: a digest of the key, never the key): any
+other key is told it does not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from service.jobs import keys
+from service.jobs.bodies import TooLarge
+from service.jobs.queue import Jobs
+from service.problems import TYPE_BASE, Problem
+
+NOT_FOUND = TYPE_BASE + "not-found"
+CONFLICT = TYPE_BASE + "conflict"
+LIMIT_EXCEEDED = TYPE_BASE + "limit-exceeded"
+
+
+class NotFound(Problem):
+    """404: no such file or batch (or one another key owns)."""
+
+    code = 404
+    problem_type = NOT_FOUND
+
+
+class Conflict(Problem):
+    """409: the resource is in a state that does not allow this."""
+
+    code = 409
+    problem_type = CONFLICT
+
+
+class FileTooLarge(Problem):
+    """413: an upload past max_file_bytes; nothing was kept."""
+
+    code = 413
+    problem_type = LIMIT_EXCEEDED
+
+    def __init__(self, size: int, maximum: int) -> None:
+        super().__init__(f"The file is more than {maximum} bytes, the limit max_file_bytes (see GET /v1/limits): "
+                         "split it.", limit={"name": "max_file_bytes", "maximum": maximum, "value": size})
+
+
+def save(jobs: Jobs, blocks: Iterable[bytes]) -> tuple[str, int]:
+    """Store ``blocks`` (an upload's, as they arrive) as the body of a new file: its id and size. The file exists
+    once :func:`record` names it; until then :meth:`Bodies.remove` drops it."""
+    file_id = keys.new_id("file-")
+    try:
+        return file_id, jobs.bodies.save(file_id, blocks, jobs.limits.max_file_bytes)
+    except TooLarge as error:
+        raise FileTooLarge(error.args[0], jobs.limits.max_file_bytes) from None
+
+
+def record(jobs: Jobs, owner: str, file_id: str, size: int, filename: str, purpose: str) -> dict[str, Any]:
+    """The record of a saved body: the file now exists; its public record."""
+    now = int(time.time())
+    stored = {"id": file_id, "object": "file", "bytes": size, "created_at": now,
+              "expires_at": now + jobs.limits.file_retention_seconds, "filename": filename, "purpose": purpose,
+              "status": "processed", "owner": owner}
+    jobs.store.put(keys.file(file_id), stored)
+    return public(stored)
+
+
+def public(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as the API shows it (without its owner)."""
+    return {key: value for key, value in record.items() if key != "owner"}
+
+
+def get(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
+    """The record of ``file_id`` (404 if there is none for this owner)."""
+    record = jobs.store.get(keys.file(file_id))
+    if record is None or record["owner"] != owner:
+        raise NotFound(f"No file {file_id[:80]!r} (GET /v1/files lists yours).")
+    return record
+
+
+def content(jobs: Jobs, owner: str, file_id: str) -> Path:
+    """Where the body of ``file_id`` is (404 if there is none for this owner)."""
+    get(jobs, owner, file_id)
+    return jobs.bodies.path(file_id)
+
+
+def listing(jobs: Jobs, owner: str, limit: int, after: str | None, purpose: str | None) -> dict[str, Any]:
+    """OpenAI's list of files, newest first, ``limit`` at most, after the file ``after``."""
+    records = (record for _, record in jobs.store.scan("file:")
+               if record["owner"] == owner and purpose in (None, record["purpose"]))
+    return page([public(record) for record in records], limit, after)
+
+
+def delete(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
+    """Delete ``file_id`` (409 while an unfinished batch reads it)."""
+    get(jobs, owner, file_id)
+    for _, batch in jobs.store.scan("batch:"):
+        if batch["input_file_id"] == file_id and _unfinished(jobs, batch["id"]):
+            raise Conflict(f"Batch {batch['id']} still reads this file: cancel it or wait until it ends.")
+    jobs.store.delete([keys.file(file_id)])
+    jobs.bodies.remove(file_id)
+    return {"id": file_id, "object": "file", "deleted": True}
+
+
+def _unfinished(jobs: Jobs, batch_id: str) -> bool:
+    failed, done = jobs.store.get_many([keys.event(batch_id, "failed"), keys.event(batch_id, "done")])
+    return failed is None and done is None
+
+
+def page(records: Iterable[dict[str, Any]], limit: int, after: str | None) -> dict[str, Any]:
+    """OpenAI's list object of ``records``, newest first (ties by id), the ``limit`` after the one ``after``."""
+    ordered = sorted(records, key=lambda record: (record["created_at"], record["id"]), reverse=True)
+    if after is not None:
+        position = next((i for i, record in enumerate(ordered) if record["id"] == after), None)
+        if position is None:
+            raise NotFound(f"after={after[:80]!r} names nothing in this list.")
+        ordered = ordered[position + 1:]
+    data = ordered[:limit]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": len(ordered) > limit}

@@ -1,0 +1,72 @@
+"""Leases: how a batch knows its work is still being done. Huey does not deliver a task again when its worker dies
+(SIGKILL, out of memory): the task is simply gone. So each unit of a batch's work (``validate``, a chunk's index,
+``finalize``) has a lease record: ``queued`` when its task is enqueued, ``running`` with an ``until`` that its
+worker pushes forward while it works. The reaper (service.jobs.reaping) runs a unit again when its lease says it
+cannot be in anyone's hands any more.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from service.jobs import keys
+from service.jobs.queue import Jobs
+
+QUEUED_GRACE = 2.0  # seconds a queued unit may be missing from the queue: between a worker's dequeue and its lease
+
+
+def task_of(batch_id: str, unit: str) -> tuple[Any, ...]:
+    """The task doing ``unit`` of ``batch_id``, as (its name, its arguments...): ``("chunk", batch_id, 3)``."""
+    return (unit, batch_id) if unit in ("validate", "finalize") else ("chunk", batch_id, int(unit))
+
+
+def enqueue(jobs: Jobs, batch_id: str, unit: str) -> None:
+    """Queue ``unit`` of ``batch_id``: its lease first (so the reaper never sees a queued task without one)."""
+    jobs.store.put(keys.lease(batch_id, unit), {"state": "queued", "at": time.time()})
+    name, *args = task_of(batch_id, unit)
+    getattr(jobs.tasks, name)(*args)
+
+
+def live(lease: dict[str, Any] | None, now: float) -> bool:
+    """A unit in a worker's hands: running, its lease not run out."""
+    return lease is not None and lease["state"] == "running" and lease["until"] >= now
+
+
+def lost(lease: dict[str, Any] | None, now: float, pending: set[tuple[Any, ...]], unit: tuple[Any, ...]) -> bool:
+    """Nobody will do ``unit`` (:func:`task_of`) unless it is queued again: no lease, a running lease that ran out,
+    or a queued one whose task is no longer in the queue (dequeued by a worker that died before taking the lease)."""
+    if unit in pending:
+        return False
+    if lease is None:
+        return True
+    if lease["state"] == "running":
+        return lease["until"] < now
+    return now - lease["at"] > QUEUED_GRACE
+
+
+@contextmanager
+def held(jobs: Jobs, batch_id: str, unit: str) -> Iterator[None]:
+    """The lease of ``unit`` held while the block runs: renewed every third of the lease by a thread (a long
+    chunk is not taken for lost), dropped at the end (done or failed: the reaper decides what comes next)."""
+    key, seconds = keys.lease(batch_id, unit), jobs.settings.lease_seconds
+    stop = threading.Event()
+
+    def renew() -> None:
+        while True:
+            jobs.store.put(key, {"state": "running", "at": time.time(), "until": time.time() + seconds})
+            if stop.wait(seconds / 3):
+                return
+
+    jobs.store.put(key, {"state": "running", "at": time.time(), "until": time.time() + seconds})
+    renewer = threading.Thread(target=renew, name=f"lease-{unit}", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        jobs.store.delete([key])

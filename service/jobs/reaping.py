@@ -1,0 +1,80 @@
+"""The reaper: every ATTENTION_BATCH_REAP_SECONDS it queues again what a dead worker lost (service.jobs.leases),
+finishes batches that are cancelled or past their window once no chunk is in a worker's hands, and deletes files
+past their retention that no unfinished batch needs.
+
+It is a task that schedules itself again (Huey's crontab is minute-grained). One chain runs: it carries a token,
+and a run whose token is no longer the stored one stops. Every worker at its start, and every new batch, starts a
+new chain when the stored one has not beaten for three intervals (its worker died mid-run, or the queue was idle
+and nobody asked).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from service.jobs import finishing, keys, leases
+from service.jobs.queue import Jobs
+
+TERMINAL = ("done", "failed")
+
+
+def ensure(jobs: Jobs) -> None:
+    """Start a reaper chain unless one is beating."""
+    beat = jobs.store.get(keys.REAPER)
+    if beat is None or time.time() - beat["at"] > 3 * jobs.settings.reap_seconds:
+        token = secrets.token_hex(8)
+        jobs.store.put(keys.REAPER, {"token": token, "at": time.time()})
+        jobs.tasks.reap(token)
+
+
+def chain(jobs: Jobs, token: str) -> None:
+    """One run of the chain ``token``: reap, then schedule the next run."""
+    beat = jobs.store.get(keys.REAPER)
+    if beat is None or beat["token"] != token:
+        return  # a newer chain took over
+    jobs.store.put(keys.REAPER, {"token": token, "at": time.time()})
+    reap(jobs)
+    jobs.tasks.reap.schedule((token,), delay=jobs.settings.reap_seconds)
+
+
+def reap(jobs: Jobs) -> None:
+    """Settle every unfinished batch, and delete the files past their retention."""
+    pending = {(task.name, *task.args) for task in jobs.huey.pending()}
+    needed = set()
+    for _, record in list(jobs.store.scan("batch:")):
+        if not settle(jobs, record["id"], pending):
+            needed.add(record["input_file_id"])
+    now = time.time()
+    for key, file in list(jobs.store.scan("file:")):
+        if file["expires_at"] <= now and file["id"] not in needed:
+            jobs.store.delete([key])
+            jobs.bodies.remove(file["id"])
+
+
+def settle(jobs: Jobs, batch_id: str, pending: set[tuple[Any, ...]] | None = None) -> bool:
+    """Move ``batch_id`` on: finish it when it is stopping and nobody holds a chunk; with ``pending`` (the queued
+    tasks' arguments), queue again each lost unit. True when the batch is finished (done or failed)."""
+    record, validated, failed, cancel, final, done = jobs.store.get_many([keys.batch(batch_id), *(
+        keys.event(batch_id, name) for name in ("validated", "failed", "cancel", "final", "done"))])
+    if record is None or failed is not None or done is not None:
+        return True
+    now = time.time()
+    chunks = range(len(validated["chunks"])) if validated else range(0)
+    units = ["finalize"] if final else [str(i) for i in chunks] if validated else ["validate"]
+    if final is None and validated is not None:
+        counts = jobs.store.get_many([keys.chunk(batch_id, i) for i in chunks])
+        units = [unit for unit, count in zip(units, counts, strict=True) if count is None]
+    held = jobs.store.get_many([keys.lease(batch_id, unit) for unit in units])
+    if final is None and (cancel is not None or now >= record["expires_at"]):
+        if not any(leases.live(lease, now) for unit, lease in zip(units, held, strict=True) if unit != "validate"):
+            finishing.claim(jobs, batch_id, "cancelled" if cancel is not None else "expired")
+        return False
+    if validated is not None and final is None and not units:
+        finishing.complete_if_done(jobs, batch_id)  # its last chunk's worker died between done and the claim
+    if pending is not None:
+        for unit, lease in zip(units, held, strict=True):
+            if leases.lost(lease, now, pending, leases.task_of(batch_id, unit)):
+                leases.enqueue(jobs, batch_id, unit)
+    return False

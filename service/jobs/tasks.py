@@ -1,0 +1,32 @@
+"""The Huey tasks of the jobs, registered on each process's Huey (service.jobs.queue.build) with fixed names, so
+the API that enqueues them and the workers that run them agree. Each only calls its lifecycle module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from huey.api import TaskWrapper
+
+from service.jobs import chunks, finishing, reaping, validation
+from service.jobs.queue import Jobs
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """Calling one enqueues it: ``tasks.chunk(batch_id, 3)``. The reaper goes first, then what finishes a batch,
+    then validation (a batch starts soon), then the chunks in the order they were queued."""
+
+    validate: TaskWrapper
+    chunk: TaskWrapper
+    finalize: TaskWrapper
+    reap: TaskWrapper
+
+
+def register(jobs: Jobs) -> Tasks:
+    """The tasks of ``jobs``, registered on its Huey."""
+    task = jobs.huey.task
+    return Tasks(
+        validate=task(name="validate", priority=50)(lambda batch_id: validation.validate(jobs, batch_id)),
+        chunk=task(name="chunk")(lambda batch_id, index: chunks.run(jobs, batch_id, index)),
+        finalize=task(name="finalize", priority=80)(lambda batch_id: finishing.finish(jobs, batch_id)),
+        reap=task(name="reap", priority=100)(lambda token: reaping.chain(jobs, token)))

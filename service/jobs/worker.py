@@ -1,0 +1,46 @@
+"""``attention-worker``: one process running the batch jobs' tasks (a Huey consumer with one worker thread).
+
+Start as many as you like, on as many machines as share ATTENTION_QUEUE_URL (Redis) and ATTENTION_DATA_DIR; without
+a URL the queue is SQLite under ATTENTION_DATA_DIR (one machine). The API starts ATTENTION_EMBEDDED_WORKERS of them
+itself (service.runtime.embedded). SIGINT: finish the running task, then stop; SIGTERM: stop now (the chunk's lease
+runs out and the reaper gives it to another worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+# A worker is one BLAS thread, as a web worker: the processes are the parallelism. Set before numpy is imported.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+# Inherited from the API's gunicorn: the web workers' metrics folder is not this process's to write in.
+os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+POLL_SECONDS = 0.25  # the longest an idle worker waits between looks at a SQLite queue: submit -> in_progress < 1 s
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one consumer until it is signalled; ``--help`` says the environment."""
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        print(__doc__.strip() if args[0] in ("-h", "--help") else f"attention-worker takes no arguments: {args}",
+              file=sys.stderr if args[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if args[0] in ("-h", "--help") else 2
+    logging.basicConfig(level=os.environ.get("ATTENTION_WORKER_LOGLEVEL", "INFO").upper(),
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    from service.jobs import queue, reaping
+    from service.operations import catalogue
+
+    catalogue.install(catalogue.from_env())  # the model endpoint's items need the served models, as the API does
+    jobs = queue.current()
+    reaping.ensure(jobs)
+    consumer = jobs.huey.create_consumer(workers=1, periodic=False, initial_delay=0.05, backoff=1.5,
+                                         max_delay=POLL_SECONDS, scheduler_interval=1)
+    consumer.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
