@@ -1,4 +1,4 @@
-"""Attention as a service: the numpy engine (``attention/``) behind a REST API, in three layers and the batch jobs beside them.
+"""Attention as a service: the numpy engine (``attention/``) behind a REST API, in layers, with batch jobs beside.
 
 - ``service.edge``: Flask: the app factory, request parsing, errors, auth and CORS, the spec and pages, health,
   and the ``v1`` and ``v2`` blueprints. Imports the operations; knows the engine only by its error types.

@@ -8,6 +8,7 @@ runs out and the reaper gives it to another worker).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -22,12 +23,9 @@ POLL_SECONDS = 0.25  # the longest an idle worker waits between looks at a SQLit
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one consumer until it is signalled; ``--help`` says the environment."""
-    args = sys.argv[1:] if argv is None else argv
-    if args:
-        print(__doc__.strip() if args[0] in ("-h", "--help") else f"attention-worker takes no arguments: {args}",
-              file=sys.stderr if args[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if args[0] in ("-h", "--help") else 2
+    """Run one consumer until it is signalled (``--help``: this module's text)."""
+    argparse.ArgumentParser(prog="attention-worker", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     logging.basicConfig(level=os.environ.get("ATTENTION_WORKER_LOGLEVEL", "INFO").upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     from service.jobs import queue, reaping

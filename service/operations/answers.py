@@ -76,13 +76,19 @@ def compute(sized: Sequence[Sized], limits: Limits, root: Root) -> Iterator[tupl
 
 def budgets(sized: Sequence[Sized], maximum: int) -> Iterator[list[Sized]]:
     """``sized`` in consecutive runs that each cost at most ``maximum`` (counting the random weights their seeded
-    layers draw, as /v1/batch does); an item past it alone runs alone (it is within its endpoint's limits)."""
+    layers draw once per distinct layer, as /v1/batch does); an item past it alone runs alone (it is within its
+    endpoint's limits)."""
     run: list[Sized] = []
+    cost, drawn = 0, {}  # the run's: units of work, and each distinct seeded layer's draws
     for item in sized:
-        if run and sum(i.cost for i in run) + item.cost + sizes.draws(i.work for i in [*run, item]) > maximum:
+        more = dict([item.work.draws]) if item.work.draws and item.work.draws[0] not in drawn else {}
+        if run and cost + item.cost + sum(drawn.values()) + sum(more.values()) > maximum:
             yield run
-            run = []
+            run, cost, drawn = [], 0, {}
+            more = dict([item.work.draws]) if item.work.draws else {}
         run.append(item)
+        cost += item.cost
+        drawn.update(more)
     if run:
         yield run
 
