@@ -3,7 +3,10 @@ tests/live/conftest.py)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +26,9 @@ SERVICE_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "LOG_REQUESTS", "LOG_BUFFER_BYT
 SERVICE_PREFIXES = ("ATTENTION_", "GUNICORN_")  # the limits, gunicorn's settings, the metrics master's mark
 for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.startswith(SERVICE_PREFIXES))]:
     os.environ.pop(variable, None)
+# The batch jobs' files and queue of every app and server the tests start: never the checkout's ./data.
+os.environ["ATTENTION_DATA_DIR"] = tempfile.mkdtemp(prefix="attention-data-")
+atexit.register(shutil.rmtree, os.environ["ATTENTION_DATA_DIR"], True)
 
 from service.edge import create_app  # noqa: E402  (after the clean-up above)
 from service.operations.limits import Limits  # noqa: E402

@@ -215,6 +215,8 @@ class Gunicorn:
         environment.update(compose_api_environment() if compose else {})
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
+        # No batch-job workers beside it unless the test asks (each loads the models: ~1 s of CPU, ~150 MB).
+        environment["ATTENTION_EMBEDDED_WORKERS"] = "0"
         environment.update(env or {})
         self.start(argv, environment, preexec_fn)
 
