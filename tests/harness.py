@@ -214,6 +214,7 @@ class Gunicorn:
         environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
         environment.update(compose_api_environment() if compose else {})
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
+        environment.pop("ATTENTION_QUEUE_URL", None)  # compose's names its Redis host: SQLite here, unless env asks
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
         # No batch-job workers beside it unless the test asks (each loads the models: ~1 s of CPU, ~150 MB).
         environment["ATTENTION_EMBEDDED_WORKERS"] = "0"
