@@ -254,8 +254,8 @@ def test_sigterm_lets_an_in_flight_request_finish(container):
 
 # --- the worker pod's stop ------------------------------------------------------------------------------------------
 
-# A Huey consumer standing for attention-worker (a Huey consumer too), and a task standing for a chunk: it marks its
-# start, computes for a while, then writes its result.
+# A Huey consumer standing for attention-worker, which runs Huey's Consumer too (service/jobs/worker.py: the same
+# signal handling), and a task standing for a chunk: it marks its start, computes for a while, writes its result.
 TASKS = """
 import pathlib, time
 from huey import SqliteHuey
