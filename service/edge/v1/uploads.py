@@ -60,10 +60,13 @@ class Upload:
         decoder, blocks = MultipartDecoder(boundary, max_form_memory_size=BLOCK + FIELD_BYTES), self._read()
         part: str | None = None  # "file", the name of a field, or None (a part ignored)
         while True:
-            event = decoder.next_event()
+            try:
+                event = decoder.next_event()
+            except ValueError as error:  # werkzeug's word for a form that ends before its closing boundary (it
+                # never asks for more data once told the body ended) or a part without its Content-Disposition
+                raise BadRequest("The multipart/form-data body ended before its closing boundary or is malformed "
+                                 f"({str(error)[:200]}).") from None
             if event is NEED_DATA:
-                if decoder.complete:
-                    raise BadRequest("The multipart/form-data body ended before its closing boundary.")
                 decoder.receive_data(next(blocks, None))
             elif isinstance(event, File):
                 part = "file" if event.name == "file" and self.filename is None else None
