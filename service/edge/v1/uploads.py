@@ -29,7 +29,7 @@ class Upload:
         self.request, self.maximum = request, maximum
         self.form = request.mimetype == "multipart/form-data"
         self.fields: dict[str, str] = {}
-        self.filename: str | None = None if self.form else "input.jsonl"
+        self.filename: str | None = None  # the form's file part names it; a raw body's is the query's
         length = get_content_length(request.environ)
         if length is not None and length > maximum + (FORM_EXTRA if self.form else 0):
             raise FileTooLarge(length, maximum)  # before a byte is read
