@@ -63,13 +63,9 @@ def backend(request: pytest.FixtureRequest) -> str | None:
     return None if request.param == "sqlite" else request.getfixturevalue("redis_url")
 
 
-TaskErrors = list[tuple[str, BaseException]]
-
-
-def build(data_dir: Path, queue_url: str | None = None, limits: Limits | None = None, **settings: Any) -> Jobs:
-    """Jobs on a real queue whose tasks' exceptions are kept in ``jobs.task_errors`` (Huey logs and swallows
-    them), so a test can fail on them."""
-    jobs = queue.build(Settings(data_dir=data_dir, queue_url=queue_url, **settings), limits or Limits())
+def watched(jobs: Jobs) -> Jobs:
+    """``jobs`` keeping its tasks' exceptions in ``jobs.task_errors`` (Huey logs and swallows them), so that
+    :func:`step` fails on them."""
     jobs.task_errors = []
 
     @jobs.huey.signal(signals.SIGNAL_ERROR)
@@ -77,6 +73,11 @@ def build(data_dir: Path, queue_url: str | None = None, limits: Limits | None = 
         jobs.task_errors.append((task.name, error))
 
     return jobs
+
+
+def build(data_dir: Path, queue_url: str | None = None, limits: Limits | None = None, **settings: Any) -> Jobs:
+    """Jobs on a real queue, watched."""
+    return watched(queue.build(Settings(data_dir=data_dir, queue_url=queue_url, **settings), limits or Limits()))
 
 
 @pytest.fixture
