@@ -21,7 +21,7 @@ from service.jobs.store import Store
 from service.operations import answers
 from service.operations.catalogue import DEFAULT_NAME
 from service.operations.limits import Limits
-from tests.harness import slow_encoder_body
+from tests.harness import slow_encoder_body, wait_for
 from tests.unit.jobs.conftest import build, drain, lines_of, request_line, results, step, submit
 
 MHA = "/v1/multi-head-attention"
@@ -186,19 +186,19 @@ def test_cancelled_while_validating_gives_every_request_its_line(make_jobs):
 
 def test_a_chunk_in_a_worker_s_hands_at_cancellation_finishes_and_is_kept(tmp_path):
     jobs = build(tmp_path / "data", chunk_items=1)
-    batch_id = submit(jobs, file_of([slow_encoder_body(1), slow_encoder_body(2), slow_encoder_body(3)],
-                                    "/v1/encoder"), "/v1/encoder")
+    slow = [{**slow_encoder_body(seed), "n_layers": 2} for seed in (1, 2, 3)]  # ~0.5 s each here: time to cancel
+    batch_id = submit(jobs, file_of(slow, "/v1/encoder"), "/v1/encoder")
     assert [step(jobs), step(jobs)] == ["reap", "validate"]
     task = jobs.huey.dequeue()
     worker = threading.Thread(target=jobs.huey.execute, args=(task,))
     worker.start()
-    try:  # cancelled once its lease says a worker runs it (it computes for ~1 s)
-        while (jobs.store.get(keys.lease(batch_id, "0")) or {}).get("state") != "running":
-            time.sleep(0.001)
+    try:  # cancelled once its lease says a worker runs it
+        wait_for(lambda: (jobs.store.get(keys.lease(batch_id, "0")) or {}).get("state") == "running", 30,
+                 "the chunk's lease taken")
         cancelling = batches.cancel(jobs, "", batch_id)
     finally:
         worker.join()
-    assert cancelling["status"] == "cancelling"
+    assert not jobs.task_errors and cancelling["status"] == "cancelling"
     assert jobs.store.get(keys.event(batch_id, "final")) is None  # not while a lease is live
     assert counts(jobs, batch_id) == ("cancelling", 3, 1, 0)
     reaping.reap(jobs)  # the periodic pass finishes it now that no lease is live
