@@ -79,7 +79,7 @@ def _lines(source: BinaryIO, maximum: int) -> Iterator[tuple[int, int, bytes | N
     end without holding it)."""
     number, offset = 0, 0
     while True:
-        line = source.readline(maximum + 1)
+        line = source.readline(maximum + 2)  # its bytes and its "\r\n": one more says it is too long
         if not line:
             return
         number += 1
