@@ -162,3 +162,13 @@ def test_the_chunks_byte_ranges_read_back_give_exactly_the_lines(make_jobs):
         assert len(numbered) == count
         for number, line in numbered:
             assert line == layout[number - 1]
+
+
+def test_a_chunk_holds_at_most_a_batch_request_s_bytes(make_jobs):
+    # What a worker holds at once stays what /v1/batch would take in one request, however many lines fit.
+    lines = [ok(f"r{i}") for i in range(7)]
+    jobs = make_jobs(chunk_items=256, limits=Limits(max_body_bytes=3 * (len(lines[0]) + 1)))
+    batch = validated(jobs, b"\n".join(lines) + b"\n")
+    chunks = jobs.store.get(keys.event(batch["id"], "validated"))["chunks"]
+    assert [count for _, _, _, count in chunks] == [3, 3, 1]
+    assert all(length <= jobs.limits.max_body_bytes for _, length, _, _ in chunks)
