@@ -53,8 +53,47 @@ def free_port() -> int:
 
 
 def children(pid: int) -> list[int]:
-    """Pids of a process's children (Linux /proc): a gunicorn master's are its workers."""
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    """Pids of a process's children (Linux /proc): a gunicorn master's are its web and job workers. Each thread
+    lists the children it forked: the master's job workers restarted by its monitor thread are that thread's."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of ``pid``; None once it is gone."""
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie its parent has not reaped (this test, an init that never does)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between the open and the read (ESRCH)
+        return True
+
+
+def new_masters(pid: int) -> list[int]:
+    """The masters an upgrade in place (USR2) of master ``pid`` started: its children told GUNICORN_PID."""
+    found = []
+    with contextlib.suppress(FileNotFoundError):  # the old master gone
+        for child in children(pid):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # exited, or exiting (ESRCH)
+                if b"GUNICORN_PID=" in Path(f"/proc/{child}/environ").read_bytes():
+                    found.append(child)
+    return found
+
+
+def stop_master(pid: int) -> None:
+    """SIGTERM to a master that is not a Gunicorn instance's own (one that USR2 started), and wait for its exit."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: exited(pid), 30, f"{pid}'s exit")
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -198,11 +237,16 @@ class Gunicorn:
 
     ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
     gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment;
+    no job workers (ATTENTION_EMBEDDED_WORKERS=0) unless ``env`` asks for them, and a fresh ATTENTION_DATA_DIR,
+    removed at the end, unless ``env`` names one (never the checkout's ./data, nor compose's /data volume);
     ``app`` replaces the WSGI app (module:name, importable from the repository root); ``preexec_fn`` runs in the
     child before gunicorn is exec'd (e.g. to join a cgroup, which the workers then inherit). A fresh metrics
     directory unless ``env`` names one. The output goes to a file (a pipe nobody reads fills up after a few
     hundred request lines and then blocks every worker); ``log()`` reads it.
     """
+
+    data_dir: str | None = None  # made by this instance: removed at stop()
+    job_groups: frozenset[int] = frozenset()  # of the job workers seen: ended at stop(), whatever became of the master
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
                  app: str = APP, preexec_fn: Callable[[], None] | None = None) -> None:
@@ -212,7 +256,10 @@ class Gunicorn:
         argv = compose_api_command()
         argv[0], argv[-1] = str(GUNICORN), app  # the venv's gunicorn; compose's app is service.wsgi:app
         environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
+        environment["ATTENTION_EMBEDDED_WORKERS"] = "0"  # a test that is not about batch jobs pays for none
         environment.update(compose_api_environment() if compose else {})
+        self.data_dir = None if "ATTENTION_DATA_DIR" in (env or {}) else tempfile.mkdtemp(prefix="attention-data-")
+        environment.update({"ATTENTION_DATA_DIR": self.data_dir} if self.data_dir else {})
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
         environment.update(env or {})
@@ -248,8 +295,14 @@ class Gunicorn:
             time.sleep(0.05)
 
     def workers(self) -> list[int]:
-        """Pids of the master's children (the workers)."""
-        return children(self.pid)
+        """Pids of the master's web workers: its children in its own process group."""
+        return [pid for pid in children(self.pid) if process_group(pid) == self.pid]
+
+    def job_workers(self) -> list[int]:
+        """Pids of the job workers the master runs beside them (ATTENTION_EMBEDDED_WORKERS): each its own group."""
+        found = [pid for pid in children(self.pid) if process_group(pid) == pid]
+        self.job_groups |= set(found)
+        return found
 
     def rss_kib(self) -> dict[int, int]:
         """Resident memory of each worker, KiB (VmRSS from /proc)."""
@@ -264,7 +317,10 @@ class Gunicorn:
         self.process.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL to the master and its workers at once: a crashed instance."""
+        """SIGKILL to the master and its web workers at once: a crashed instance. Its job workers, in groups of
+        their own, live on as they would (``stop()`` ends them)."""
+        with contextlib.suppress(FileNotFoundError):  # the master already gone
+            self.job_workers()
         os.killpg(self.process.pid, signal.SIGKILL)
 
     def log(self) -> str:
@@ -272,14 +328,19 @@ class Gunicorn:
 
     def stop(self) -> None:
         if self.process.poll() is None:
+            with contextlib.suppress(FileNotFoundError):  # the master exiting right now
+                self.job_workers()
             self.terminate()
             try:
                 self.process.wait(timeout=25)
             except subprocess.TimeoutExpired:
                 self.kill()
                 self.process.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError):  # any worker left behind by a kill of the master
-            os.killpg(self.process.pid, signal.SIGKILL)
+        for group in {self.process.pid, *self.job_groups}:  # any worker left behind by a kill of the master
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
         self.logfile.close()
         os.unlink(self.logfile.name)
 
