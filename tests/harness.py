@@ -1,11 +1,13 @@
-"""Real servers for the tests and benchmarks: gunicorn instances and Debian's nginx on loopback, always stopped.
+"""Real servers for the tests and benchmarks: gunicorn instances, Debian's nginx and redis-server on loopback,
+always stopped.
 
 ``Gunicorn`` runs docker-compose.yml's ``api`` command (``service/gunicorn.conf.py``) on a free loopback port,
 with this environment plus what the caller adds; ``compose=True`` adds compose's ``api`` environment too (the
 topology as shipped). ``Nginx`` runs the repo's deploy/nginx.conf with only its ports and paths templated (see
-:func:`render_nginx_conf`). Bounded: a server that does not answer within ``START_TIMEOUT`` is stopped and
-reported; every server is stopped (SIGTERM, then SIGKILL to its process group) when its ``with`` block ends.
-No pytest here: benchmarks/ import it too (with the repository root on sys.path).
+:func:`render_nginx_conf`). ``RedisServer`` runs redis-server, persisting nothing, for the batch jobs' queue.
+Bounded: a server that does not answer within ``START_TIMEOUT`` is stopped and reported; every server is stopped
+(SIGTERM, then SIGKILL to its process group) when its ``with`` block ends. No pytest here: benchmarks/ import it
+too (with the repository root on sys.path).
 """
 
 from __future__ import annotations
@@ -138,20 +140,27 @@ def post_in_flight(instance, path: str, body: dict) -> Future[requests.Response]
     return answer
 
 
-def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
-    """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
+def wait_until_answers(answers: Callable[[], bool], process: subprocess.Popen, what: str) -> None:
+    """Poll ``answers()`` until it is true; fail if the process exits or START_TIMEOUT passes."""
     deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
-            pass
+    while not answers():
         if process.poll() is not None:
             raise LaunchError(f"{what} exited with {process.returncode}")
         if time.monotonic() > deadline:
-            raise LaunchError(f"{what} did not answer {url} within {START_TIMEOUT} s")
+            raise LaunchError(f"{what} did not answer within {START_TIMEOUT} s")
         time.sleep(0.05)
+
+
+def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
+    """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
+
+    def answers() -> bool:
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
+            return False
+
+    wait_until_answers(answers, process, f"{what} at {url}")
 
 
 def interpolate(value: object) -> str:
@@ -376,6 +385,17 @@ def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path) -> str:
     return text
 
 
+def end(process: subprocess.Popen, sig: signal.Signals, timeout: float = 10) -> None:
+    """``sig`` to a server's process, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
 class Nginx:
     """Debian's nginx with the repo's config in front of ``upstreams`` (host:port), on a free port."""
 
@@ -403,13 +423,7 @@ class Nginx:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)  # graceful
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        end(self.process, signal.SIGQUIT)  # nginx's graceful stop
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Nginx:
@@ -423,8 +437,60 @@ def nginx_available() -> bool:
     return bool(shutil.which("nginx") or Path("/usr/sbin/nginx").exists())
 
 
+class RedisServer:
+    """Debian's redis-server on 127.0.0.1:<free port> for the batch-job tests' queue: nothing persisted (no RDB
+    snapshots, no AOF), its files and log in a fresh directory, removed with it at ``stop()``."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.workdir = Path(tempfile.mkdtemp(prefix="redis-"))
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_until_answers(self.ping, self.process, f"redis-server on port {self.port}")
+        except BaseException as exc:  # never leave redis-server running
+            log = self.log()
+            self.stop()
+            raise LaunchError(f"{exc}: {log[-3000:]}") from None
+
+    @property
+    def url(self) -> str:
+        """For redis-py and Huey (``ATTENTION_QUEUE_URL``): database 0."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def ping(self) -> bool:
+        """Whether the server answers PING with PONG now (RESP's inline form, over a plain socket)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:  # not listening yet
+            return False
+
+    def log(self) -> str:
+        path = self.workdir / "redis.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        end(self.process, signal.SIGTERM)  # redis-server saves nothing (--save ''), then exits
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_available() -> bool:
+    return bool(shutil.which("redis-server") or Path("/usr/bin/redis-server").exists())
+
+
 def in_ci() -> bool:
     """Whether this runs in CI (CI set to anything but empty, 0 or false; .ci/run sets CI=true): there, tests
-    that need a tool the CI installs (nginx, chromium) fail when it is missing instead of skipping."""
+    that need a tool the CI installs (nginx, chromium, redis-server) fail when it is missing instead of skipping."""
     return os.environ.get("CI", "").lower() not in ("", "0", "false")
 
