@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
-
-from huey import PriorityRedisHuey, SqliteHuey
-from huey.api import Huey
+from typing import TYPE_CHECKING, Any
 
 from service.jobs.bodies import Bodies
 from service.jobs.settings import Settings
 from service.jobs.store import Store
 from service.operations.limits import Limits
+
+if TYPE_CHECKING:
+    from huey.api import Huey
 
 QUEUE = "attention-jobs"
 
@@ -36,6 +36,9 @@ class Jobs:
 
 def build(settings: Settings, limits: Limits) -> Jobs:
     """The jobs for ``settings``: the queue opened (its folder made), the tasks registered."""
+    # Imported here: a web worker that never serves a job does without huey and redis-py (~12 MB each).
+    from huey import PriorityRedisHuey, SqliteHuey
+
     from service.jobs import tasks  # the tasks call the lifecycle modules, which take a Jobs
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -10,11 +10,12 @@ out).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from huey.constants import EmptyData
-from huey.storage import BaseStorage
+
+if TYPE_CHECKING:
+    from huey.storage import BaseStorage
 
 
 class Store:
@@ -26,6 +27,8 @@ class Store:
 
     def get(self, key: str) -> Any:
         """The record at ``key``, or None."""
+        from huey.constants import EmptyData  # loaded with the storage already (service.jobs.queue.build)
+
         value = self.storage.peek_data(key)
         return None if value is EmptyData else orjson.loads(value)
 

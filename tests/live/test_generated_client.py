@@ -105,7 +105,7 @@ def test_every_module_imports_and_every_operation_has_one(package):
                 for info in pkgutil.walk_packages(package.__path__, PACKAGE + ".")]
     assert len(imported) + 1 == len(files)  # + the package itself
     operations = {module_name(path, method) for path, item in SPEC["paths"].items()
-                  for method in item if method in ("get", "post")}
+                  for method in item if method in ("get", "post", "delete")}
     assert set(api_modules(package)) == operations == set(CALLS)  # each operation is called below
 
 
@@ -279,6 +279,86 @@ def embed(module: ModuleType, package: ModuleType, client: Any) -> None:
     assert response.status_code == 200 and response.parsed.to_dict() == documented("/v1/embed")
 
 
+# Batch jobs: the server runs no job worker here, so a batch stays validating (tests/live/test_jobs_* run them).
+LINES = b"".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/multi-head-attention",
+                             "body": examples.request("multi-head-attention")}).encode() + b"\n" for i in range(2))
+
+
+def uploaded(client: Any) -> str:
+    """A file of LINES, uploaded raw (the generated client sends the form): its id."""
+    response = client.get_httpx_client().post("/v1/files?purpose=batch", content=LINES,
+                                              headers={"Content-Type": "application/x-ndjson"})
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+def created(client: Any) -> str:
+    """A batch of a new file of LINES: its id."""
+    body = {"input_file_id": uploaded(client), "endpoint": "/v1/multi-head-attention", "completion_window": "24h"}
+    response = client.get_httpx_client().post("/v1/batches", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+def upload_file(module: ModuleType, package: ModuleType, client: Any) -> None:
+    body = package.models.PostV1FilesBody(file=package.types.File(payload=io.BytesIO(LINES), file_name="r.jsonl"),
+                                          purpose=package.models.PostV1FilesBodyPurpose("batch"))
+    response = module.sync_detailed(client=client, body=body)
+    assert response.status_code == 200
+    answer = response.parsed.to_dict()  # "bytes" is a Python name: the model's attribute is bytes_
+    assert (answer["bytes"], answer["filename"], answer["purpose"]) == (len(LINES), "r.jsonl", "batch")
+
+
+def list_files(module: ModuleType, package: ModuleType, client: Any) -> None:
+    file_id = uploaded(client)
+    response = module.sync_detailed(client=client, purpose=package.models.GetV1FilesPurpose("batch"))
+    assert response.status_code == 200 and file_id in [file.id for file in response.parsed.data]
+    assert response.parsed.to_dict() == json.loads(response.content)
+
+
+def get_file(module: ModuleType, package: ModuleType, client: Any) -> None:
+    file_id = uploaded(client)
+    response = module.sync_detailed(file_id, client=client)
+    assert response.status_code == 200
+    assert (response.parsed.id, response.parsed.to_dict()["bytes"]) == (file_id, len(LINES))
+
+
+def delete_file(module: ModuleType, package: ModuleType, client: Any) -> None:
+    file_id = uploaded(client)
+    response = module.sync_detailed(file_id, client=client)
+    assert response.status_code == 200 and response.parsed.to_dict() == {"id": file_id, "object": "file",
+                                                                          "deleted": True}
+    assert module.sync_detailed(file_id, client=client).status_code == 404
+
+
+def file_content(module: ModuleType, package: ModuleType, client: Any) -> None:
+    response = module.sync_detailed(uploaded(client), client=client)
+    assert response.status_code == 200 and response.parsed == LINES.decode()
+
+
+def create_batch(module: ModuleType, package: ModuleType, client: Any) -> None:
+    window = package.models.CreateBatchRequestCompletionWindow("24h")
+    body = package.models.CreateBatchRequest(input_file_id=uploaded(client), endpoint="/v1/multi-head-attention",
+                                             completion_window=window)
+    response = module.sync_detailed(client=client, body=body)
+    assert response.status_code == 200
+    assert response.parsed.to_dict()["status"] == "validating"
+    assert response.parsed.request_counts.to_dict() == {"total": 0, "completed": 0, "failed": 0}
+
+
+def batch_call(check: Callable[[dict[str, Any], str], None], **params: Any) -> Call:
+    """A call on a new batch (by id, or listing), its answer read back and checked."""
+    def call(module: ModuleType, package: ModuleType, client: Any) -> None:
+        batch_id = created(client)
+        response = module.sync_detailed(client=client, **params) if params else module.sync_detailed(
+            batch_id, client=client)
+        assert response.status_code == 200
+        assert response.parsed.to_dict() == json.loads(response.content)  # nothing lost in the reading
+        check(response.parsed.to_dict(), batch_id)
+
+    return call
+
+
 CALLS: dict[str, Call] = {
     "post_v1_attention": ATTENTION, "post_v1_attention_heatmap": ATTENTION_SVG,
     "post_v1_self_attention": SELF, "post_v1_self_attention_heatmap": SELF_SVG,
@@ -303,6 +383,13 @@ CALLS: dict[str, Call] = {
     "get_v2_models_model_ready": with_model("/v2/models/{model}/ready", "GetV2ModelsModelReadyModel",
                                             "multi_head_attention"),
     "post_v2_models_model_infer": infer,
+    "post_v1_files": upload_file, "get_v1_files": list_files, "get_v1_files_file_id": get_file,
+    "delete_v1_files_file_id": delete_file, "get_v1_files_file_id_content": file_content,
+    "post_v1_batches": create_batch,
+    "get_v1_batches": batch_call(lambda answer, batch_id: batch_id in [b["id"] for b in answer["data"]], limit=100),
+    "get_v1_batches_batch_id": batch_call(lambda answer, batch_id: answer["id"] == batch_id),
+    "post_v1_batches_batch_id_cancel": batch_call(lambda answer, batch_id: answer["status"] in ("cancelling",
+                                                                                                 "cancelled")),
 }
 
 
