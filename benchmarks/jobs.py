@@ -357,6 +357,11 @@ def report(items: int, runs: dict[str, list[dict[str, Any]]], latencies: list[fl
     print(f"two workers at best (Amdahl, from the 1-worker runs' serial phases: upload, validate, finalize, download "
           f"{serial * 1e3:.0f} ms of {single['seconds'] * 1e3:.0f}): "
           f"{single['seconds'] / (serial + (single['seconds'] - serial) / 2):.2f}x one")
+    shared = {key: statistics.median(run[key][0] for run in runs["2 workers"]) for key in ("workers", "api", "client")}
+    cores = os.cpu_count() or 1
+    print(f"two workers at best by CPU: {min(2.0, cores * shared['workers'] / sum(shared.values())):.2f} of the "
+          f"{cores} cores (the 2-worker runs' CPU per 1000 items: workers {shared['workers'] / items * 1e6:.0f} ms, "
+          f"API {shared['api'] / items * 1e6:.0f} ms, client {shared['client'] / items * 1e6:.0f} ms)")
     print(f"submit -> in_progress: median {statistics.median(latencies) * 1e3:.0f} ms, max "
           f"{max(latencies) * 1e3:.0f} ms ({len(latencies)} batches of 5 items, an idle worker, polled every 10 ms)")
     for what, times in scrapes.items():
