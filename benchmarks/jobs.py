@@ -20,7 +20,9 @@ much as the work measured): every job's output holds each custom_id exactly once
 The machine has 2 cores, shared with whatever else runs: the API and this client run beside the workers, so two
 workers never have two whole cores. Each measurement therefore also prints, per 1000 items, the CPU time of the
 web worker, the client and the job workers, and how long each waited, runnable, for a CPU (/proc schedstat):
-CPU per item is what the design costs, the waiting is what the machine did to the wall-clock figures. Also: the
+CPU per item is what the design costs, the waiting is what the machine did to the wall-clock figures. And each
+round starts by timing a CPU-bound loop in one process, then in two at once: what this machine gives two processes
+now (2.0 on two free cores; on this shared one it was often ~1.0), against which two workers' gain is read. Also: the
 serial phases of a job (upload, validation, finishing, download) and the best two workers could do given them
 (Amdahl); submit -> in_progress of 5-item batches sent one at a time to an idle worker (polled every 10 ms); GET
 /metrics with an empty store and with ``--census`` batches in it (the batch-job census reads them all at each
@@ -64,6 +66,9 @@ POLL = 0.05  # seconds between the client's looks at its batch: at most that lat
 ENDED = ("completed", "failed", "expired", "cancelled")
 TIMEOUT = 120  # seconds: any one wait, bounded even if a worker misbehaves
 NDJSON = {"Content-Type": "application/x-ndjson"}
+# A fixed CPU-bound loop (~0.4 s here) that a process times itself: what this machine gives two processes at once.
+SPIN = "import time\nstart = time.perf_counter()\nx = 0\nfor i in range(2_000_000): x += i * i\n" \
+       "print(time.perf_counter() - start)"
 
 
 class Workers:
@@ -123,6 +128,19 @@ def usage(pids: list[int]) -> np.ndarray:
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
                 waited += int((task / "schedstat").read_text().split()[1]) / 1e9
     return np.array([cpu, waited])
+
+
+def spinning(count: int) -> float:
+    """Seconds the slowest of ``count`` processes started together took for :data:`SPIN`."""
+    processes = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+                 for _ in range(count)]
+    return max(float(process.communicate(timeout=TIMEOUT)[0]) for process in processes)
+
+
+def machine_scaling() -> float:
+    """Two CPU-bound processes' throughput against one's, on this machine now (2.0: two free cores; the
+    neighbours' load takes its share): the most two job workers could gain over one."""
+    return 2 * spinning(1) / spinning(2)
 
 
 @contextlib.contextmanager
@@ -288,7 +306,9 @@ def main() -> None:
         expected = batch_answers(through_batch(session, server.url, bodies))  # also the web worker's warm-up
         runs: dict[str, list[dict[str, Any]]] = {"batch": [], "1 worker": [], "2 workers": []}
         names = list(runs)
+        machine = []
         for round_ in range(args.rounds):
+            machine.append(machine_scaling())
             for name in names[round_ % 3:] + names[:round_ % 3]:
                 runs[name].append(measure(session, server, name, env, workdir, bodies, content, expected))
         with Workers(1, env, workdir):
@@ -296,7 +316,7 @@ def main() -> None:
             fill(session, server.url, args.census)
             full, census = scrape(session, server.url)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    report(args.items, runs, latencies, {"an empty store": empty, f"{args.census} batches": full}, census)
+    report(args.items, runs, machine, latencies, {"an empty store": empty, f"{args.census} batches": full}, census)
 
 
 def measure(session: requests.Session, server: Gunicorn, name: str, env: dict[str, str], workdir: Path,
@@ -325,7 +345,7 @@ def measure(session: requests.Session, server: Gunicorn, name: str, env: dict[st
     return job
 
 
-def report(items: int, runs: dict[str, list[dict[str, Any]]], latencies: list[float],
+def report(items: int, runs: dict[str, list[dict[str, Any]]], machine: list[float], latencies: list[float],
            scrapes: dict[str, list[float]], census: str) -> None:
     """Print the medians, the paired ratios and the targets' PASS/MISS lines."""
     rate = {name: [items / run["seconds"] for run in measured] for name, measured in runs.items()}
@@ -344,7 +364,10 @@ def report(items: int, runs: dict[str, list[dict[str, Any]]], latencies: list[fl
         print(line)
     one = [w / b for w, b in zip(rate["1 worker"], rate["batch"], strict=True)]
     two = [w2 / w1 for w2, w1 in zip(rate["2 workers"], rate["1 worker"], strict=True)]
-    for what, ratios in (("1 worker / batch", one), ("2 workers / 1 worker", two)):
+    relative = [ratio / most for ratio, most in zip(two, machine, strict=True)]
+    for what, ratios in (("1 worker / batch", one), ("2 workers / 1 worker", two),
+                         ("two CPU-bound processes / one, on this machine (each round's start)", machine),
+                         ("2 workers / 1 worker, as a share of that", relative)):
         print(f"{what}: {statistics.median(ratios):.2f}x (paired per round {', '.join(f'{r:.2f}' for r in ratios)};"
               f" {interval(ratios)})")
     cpu = {name: statistics.median(run[key][0] for run in runs[name]) for name, key in (
