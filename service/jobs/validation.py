@@ -64,7 +64,8 @@ def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, A
         if problem := _check(line, number, endpoint, seen):
             errors.append(problem)
         elif not errors:
-            if chunks and chunks[-1][3] < size:
+            # A chunk is at most chunk_items lines and at most a /v1/batch body's bytes: what a worker holds at once.
+            if chunks and chunks[-1][3] < size and offset + len(line) - chunks[-1][0] <= limits.max_body_bytes:
                 chunks[-1][1] = offset + len(line) - chunks[-1][0]
                 chunks[-1][3] += 1
             else:
@@ -79,7 +80,7 @@ def _lines(source: BinaryIO, maximum: int) -> Iterator[tuple[int, int, bytes | N
     end without holding it)."""
     number, offset = 0, 0
     while True:
-        line = source.readline(maximum + 1)
+        line = source.readline(maximum + 2)  # its bytes and its "\r\n": one more says it is too long
         if not line:
             return
         number += 1
