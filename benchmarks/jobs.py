@@ -36,20 +36,17 @@ import argparse
 import contextlib
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
-import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -58,7 +55,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 from benchmarks.batch import JSON, demo5_items
 from benchmarks.http_load import median_interval
-from tests.harness import ROOT, Gunicorn, free_port, wait_for
+from tests.harness import ROOT, Gunicorn, RedisServer, wait_for
 
 ENDPOINT = "/v1/multi-head-attention"
 BATCH_ITEMS = 256  # /v1/batch's max_batch_items
@@ -141,28 +138,6 @@ def machine_scaling() -> float:
     """Two CPU-bound processes' throughput against one's, on this machine now (2.0: two free cores; the
     neighbours' load takes its share): the most two job workers could gain over one."""
     return 2 * spinning(1) / spinning(2)
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """Debian's redis-server on a free loopback port, persisting nothing, until the ``with`` ends: its URL."""
-    port = free_port()
-    process = subprocess.Popen([shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(port),
-                                "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: _pings(redis.Redis(port=port, socket_timeout=1)), 20, "redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:  # not listening yet
-        return False
 
 
 def ndjson(bodies: list[dict[str, Any]]) -> bytes:
@@ -296,7 +271,7 @@ def main() -> None:
                "GUNICORN_MAX_REQUESTS": "1000000"}
         env.pop("ATTENTION_QUEUE_URL", None)
         if args.redis:
-            env["ATTENTION_QUEUE_URL"] = stack.enter_context(redis_server(workdir))
+            env["ATTENTION_QUEUE_URL"] = stack.enter_context(RedisServer()).url
         server = stack.enter_context(Gunicorn(env, workers=1))
         session = stack.enter_context(requests.Session())
         print(f"gunicorn at {server.url}, 1 sync web worker; queue {'Redis' if args.redis else 'SQLite'}; "

@@ -84,13 +84,14 @@ def test_batches_are_counted_by_status_and_their_requests_by_outcome_as_chunks_f
     statuses, requests, depth = census(client)
     assert statuses == {**dict.fromkeys(STATUSES, 0), "completed": 1, "failed": 1, "cancelled": 1,
                         "in_progress": 1, "validating": 1}
-    assert requests == {"completed": 3 + 2, "failed": 1}  # the running batch's first chunk counts already
+    # the refused request, the cancelled batch's (its batch_cancelled line); the running batch's first chunk
+    assert requests == {"completed": 3 + 2, "failed": 1 + 1}
     assert depth == jobs_of(client).huey.pending_count() == 2  # its second chunk, the waiting batch's validation
 
     run_tasks(client)
     statuses, requests, depth = census(client)
     assert statuses == {**dict.fromkeys(STATUSES, 0), "completed": 3, "failed": 1, "cancelled": 1}
-    assert (requests, depth) == ({"completed": 3 + 3 + 1, "failed": 1}, 0)
+    assert (requests, depth) == ({"completed": 3 + 3 + 1, "failed": 1 + 1}, 0)
     assert status(client, waiting)["status"] == "completed"
 
 
