@@ -49,5 +49,6 @@ bench: setup-test
 	$(PY) benchmarks/engine.py
 	$(PY) benchmarks/v2.py
 	$(PY) benchmarks/batch.py
+	$(PY) benchmarks/jobs.py
 	$(PY) benchmarks/http_load.py
 	$(PY) benchmarks/model.py

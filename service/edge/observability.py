@@ -3,6 +3,7 @@
 - ``X-Request-Id``: the client's when sane (1-128 chars of ``[A-Za-z0-9._-]``), else a fresh
   random one; on every response, in every problem body (``request_id``) and every log line.
 - Metrics (service.runtime.metrics) per request: route (URL rule), method, status, latency, sizes, in flight.
+  /metrics adds the batch jobs' census, read from their store at each scrape (:class:`JobsCollector`).
 - Log: one JSON line per request on stdout, serialised by orjson (not ``logging``: its record and formatter
   machinery is a large share of a small request) and written in batches (service.runtime.logwriter); app logs
   (``logging``, stderr) are JSON lines too, with the request id of the request they were written in.
@@ -21,13 +22,18 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
 from flask import Flask, Response, has_request_context, request
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from werkzeug.wsgi import get_content_length
 
+from service.edge.context import current_jobs
+from service.jobs import census
+from service.jobs.queue import Jobs
 from service.runtime import metrics
 from service.runtime.logwriter import LineWriter, stdout_lines
 from service.runtime.requestid import fresh_id
@@ -143,9 +149,42 @@ def _install_json_logging() -> None:
     root.setLevel(logging.INFO)
 
 
+class JobsCollector:
+    """The batch jobs' metrics, for one scrape: a census of the store (service.jobs.census), which every replica
+    shares, so each tells the same (aggregate replicas with ``max``, not ``sum``). A store that does not answer
+    (Redis down) leaves them out, logged, and ``batch_store_up`` says 0: the scrape still answers."""
+
+    def __init__(self, jobs: Callable[[], Jobs]) -> None:
+        self.jobs = jobs  # opened on first use in this process, so opening it is inside the census's guard
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            found = census.counts(self.jobs())
+        except census.UNREACHABLE as error:
+            logging.getLogger(__name__).warning("the batch jobs' store did not answer the census: %s", error)
+            yield GaugeMetricFamily("batch_store_up", STORE_UP, value=0)
+            return
+        yield GaugeMetricFamily("batch_store_up", STORE_UP, value=1)
+        statuses = GaugeMetricFamily("batch_jobs", "Batches in the store by status (every status, 0 included).",
+                                     labels=["status"])
+        for status, count in found.batches.items():
+            statuses.add_metric([status], count)
+        yield statuses
+        outcomes = CounterMetricFamily("batch_job_items", "Requests of batch jobs completed or failed so far, summed "
+                                       "over the batches the store holds (read from it at each scrape: it falls, "
+                                       "as a counter reset, only if batch records are removed).", labels=["outcome"])
+        for outcome, count in found.requests.items():
+            outcomes.add_metric([outcome], count)
+        yield outcomes
+        yield GaugeMetricFamily("batch_queue_depth", "Tasks waiting in the batch jobs' queue.", value=found.queued)
+
+
+STORE_UP = "1 if the batch jobs' store answered this scrape's census, 0 if not (then no other batch_ metric)."
+
+
 def metrics_view() -> Response:
-    """GET /metrics: Prometheus text exposition of the whole instance (every worker)."""
-    body, content_type = metrics.exposition()
+    """GET /metrics: Prometheus text exposition of the whole instance (every worker), and the batch jobs' census."""
+    body, content_type = metrics.exposition([JobsCollector(current_jobs)])
     return Response(body, content_type=content_type)
 
 

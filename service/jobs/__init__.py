@@ -4,7 +4,8 @@
 - ``store``: records (files, batches, leases) in Huey's own storage; ``bodies``: file bodies and chunk results on
   disk under ATTENTION_DATA_DIR.
 - ``files`` and ``batches``: what the API's views call; ``validation``, ``chunks``, ``finishing`` and ``reaping``:
-  what the workers run; ``worker``: the ``attention-worker`` console script.
+  what the workers run; ``worker``: the ``attention-worker`` console script; ``census``: what /metrics tells of
+  them, read from the store at each scrape.
 
 May import: service.operations (the answers of items, the limits), service.problems, service.runtime, ``schemas``;
 neither Flask nor werkzeug nor service.edge (a worker has no request).

@@ -50,7 +50,7 @@ def listing(jobs: Jobs, owner: str, limit: int, after: str | None) -> dict[str, 
     """OpenAI's list of batches, newest first."""
     records = [record for _, record in jobs.store.scan("batch:") if record["owner"] == owner]
     listed = files.page(records, limit, after)
-    listed["data"] = [describe(jobs, record) for record in listed["data"]]
+    listed["data"] = describe_many(jobs, listed["data"])
     return listed
 
 
@@ -66,14 +66,31 @@ def cancel(jobs: Jobs, owner: str, batch_id: str) -> dict[str, Any]:
 
 def describe(jobs: Jobs, record: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's batch object of ``record``, from its events and its chunks' counts."""
+    return describe_many(jobs, [record])[0]
+
+
+def describe_many(jobs: Jobs, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's batch objects of ``records``, in two reads of the store whatever their number (their events, then
+    the counts of the chunks of those running), so a list or a scrape of /metrics (service.jobs.census) stays cheap."""
+    found = jobs.store.get_many([keys.event(record["id"], name) for record in records for name in EVENTS])
+    events = [found[start:start + len(EVENTS)] for start in range(0, len(found), len(EVENTS))]
+    # Only a batch validated and not done adds its chunks' counts up: a done one recorded its request_counts.
+    chunks = [len(validated["chunks"]) if validated and not done else 0 for validated, *_, done in events]
+    counts = iter(jobs.store.get_many([keys.chunk(record["id"], i)
+                                       for record, n in zip(records, chunks, strict=True) for i in range(n)]))
+    return [_batch_object(record, *happened, [next(counts) for _ in range(n)])
+            for record, happened, n in zip(records, events, chunks, strict=True)]
+
+
+def _batch_object(record: dict[str, Any], validated: Any, failed: Any, cancel: Any, final: Any, done: Any,
+                  chunk_counts: list[Any]) -> dict[str, Any]:
     batch_id = record["id"]
-    validated, failed, cancel, final, done = jobs.store.get_many([keys.event(batch_id, name) for name in EVENTS])
     counts = {"total": 0, "completed": 0, "failed": 0}
     if done is not None:
         counts = done["request_counts"]
     elif validated is not None:
         counts["total"] = validated["total"]
-        for count in jobs.store.get_many([keys.chunk(batch_id, i) for i in range(len(validated["chunks"]))]):
+        for count in chunk_counts:
             if count is not None:
                 counts["completed"] += count["completed"]
                 counts["failed"] += count["failed"]

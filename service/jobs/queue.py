@@ -32,6 +32,7 @@ class Jobs:
     store: Store
     bodies: Bodies
     tasks: Any = None
+    leases: Any = None  # service.jobs.leases.Renewer: the leases this process holds, made on first use
 
 
 def build(settings: Settings, limits: Limits) -> Jobs:

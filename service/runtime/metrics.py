@@ -35,6 +35,7 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from service.runtime.deferred import Deferred
 
@@ -202,12 +203,16 @@ def _scrape_lock(directory: str) -> Iterator[None]:
         os.close(fd)  # and with it the lock
 
 
-def exposition() -> tuple[bytes, str]:
+def exposition(collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
     """The Prometheus text exposition and its content type: every worker's metrics in multiprocess mode
-    (this worker's up to now, the others' up to their last flush)."""
+    (this worker's up to now, the others' up to their last flush), then what ``collectors`` read for this scrape
+    only (the edge's batch-jobs census: the runtime does not know the jobs)."""
     TALLY.flush()
+    registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
         _SizedFilesCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    else:
+        registry.register(REGISTRY)  # a registry is a collector too: this process's own metrics
+    for collector in collectors:
+        registry.register(collector)
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,43 @@
+"""What /metrics tells of the batch jobs, read from the store when it is scraped, so every replica tells the same:
+the batches by status, their requests by outcome, the tasks waiting in the queue.
+
+A census costs four reads of the store whatever the number of batches: the batch records (one scan), their events
+and their running chunks' counts (service.jobs.batches.describe_many), the queue's length.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from schemas.jobs import STATUSES
+from service.jobs import batches
+from service.jobs.queue import Jobs
+
+# What a store that cannot be reached raises: Redis down or unreachable, SQLite's file locked past its timeout or
+# unreadable, ATTENTION_DATA_DIR not writable (the queue is opened on first use).
+UNREACHABLE = (RedisError, sqlite3.Error, OSError)
+
+
+@dataclass(frozen=True)
+class Census:
+    """``batches``: how many batches are in each status (every status, 0 included); ``requests``: their requests
+    ``completed`` and ``failed`` so far, summed over every batch the store holds; ``queued``: tasks waiting in the
+    queue (validations, chunks, finishings, the reaper's next run once due)."""
+
+    batches: dict[str, int]
+    requests: dict[str, int]
+    queued: int
+
+
+def counts(jobs: Jobs) -> Census:
+    """The census of ``jobs``' store now (raises one of :data:`UNREACHABLE` when the store does not answer)."""
+    statuses = dict.fromkeys(STATUSES, 0)
+    requests = {"completed": 0, "failed": 0}
+    for batch in batches.describe_many(jobs, [record for _, record in jobs.store.scan("batch:")]):
+        statuses[batch["status"]] += 1
+        for outcome in requests:
+            requests[outcome] += batch["request_counts"][outcome]
+    return Census(statuses, requests, jobs.huey.pending_count())
