@@ -68,7 +68,8 @@ def settle(jobs: Jobs, batch_id: str, pending: set[tuple[Any, ...]] | None = Non
         units = [unit for unit, count in zip(units, counts, strict=True) if count is None]
     held = jobs.store.get_many([keys.lease(batch_id, unit) for unit in units])
     if final is None and (cancel is not None or now >= record["expires_at"]):
-        if not any(leases.live(lease, now) for unit, lease in zip(units, held, strict=True) if unit != "validate"):
+        # A running validation holds it too: finishing before its chunks are recorded would list none of its items.
+        if not any(leases.live(lease, now) for lease in held):
             finishing.claim(jobs, batch_id, "cancelled" if cancel is not None else "expired")
         return False
     if validated is not None and final is None and not units:

@@ -28,7 +28,10 @@ def validate(jobs: Jobs, batch_id: str) -> None:
     if record is None:
         return
     with leases.held(jobs, batch_id, "validate"):
-        if jobs.store.get(keys.event(batch_id, "validated")) is None:
+        # Read under the lease, which the reaper waits for: a batch cancelled or expired before this began is
+        # finished unread (none of it ran), and one stopped from now on is finished once its chunks are known.
+        validated, final = jobs.store.get_many([keys.event(batch_id, "validated"), keys.event(batch_id, "final")])
+        if validated is None and final is None:
             with jobs.bodies.path(record["input_file_id"]).open("rb") as source:
                 errors, chunks = _read(source, record["endpoint"], jobs)
             if errors:
