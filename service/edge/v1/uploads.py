@@ -60,10 +60,12 @@ class Upload:
         decoder, blocks = MultipartDecoder(boundary, max_form_memory_size=BLOCK + FIELD_BYTES), self._read()
         part: str | None = None  # "file", the name of a field, or None (a part ignored)
         while True:
-            event = decoder.next_event()
+            try:
+                event = decoder.next_event()
+            except ValueError as error:  # werkzeug's: data needed past the last block, or a part with no name
+                reason = "ended before its closing boundary" if decoder.complete else f"is malformed ({error})"
+                raise BadRequest(f"The multipart/form-data body {reason}.") from None
             if event is NEED_DATA:
-                if decoder.complete:
-                    raise BadRequest("The multipart/form-data body ended before its closing boundary.")
                 decoder.receive_data(next(blocks, None))
             elif isinstance(event, File):
                 part = "file" if event.name == "file" and self.filename is None else None
