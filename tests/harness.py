@@ -38,6 +38,9 @@ GUNICORN = BIN / "gunicorn"
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 NGINX_CONF = (ROOT / "deploy" / "nginx.conf").read_text()
 START_TIMEOUT = 30.0
+# compose's jobs volume path and Redis host, which exist in its containers only: a local instance keeps this process's
+# (tests/conftest.py's data directory; no URL: the SQLite queue in it) unless its env names others.
+CONTAINER_ONLY = ("ATTENTION_DATA_DIR", "ATTENTION_QUEUE_URL")
 APP = "service.wsgi:app"
 
 
@@ -133,18 +136,30 @@ def compose_api_environment() -> dict[str, str]:
 
 def read_variables() -> set[str]:
     """Names the service's code reads from the environment: the string constants of ``os.environ`` calls and
-    subscripts under service/ (a name held in a variable, as the limits' and ATTENTION_MODELS are, is not found)."""
+    subscripts under service/, and of a parameter that defaults to it (``from_env(environ=os.environ)``, as the
+    jobs' settings read theirs); a name held in a variable, as the limits' and ATTENTION_MODELS are, is not found."""
     read = set()
     for source in (ROOT / "service").rglob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("os.environ.") and node.args:
-                key = node.args[0]
-            elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
-                key = node.slice
-            else:
-                continue
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                read.add(key.value)
+        tree = ast.parse(source.read_text())
+        scopes: list[tuple[ast.AST, str]] = [(tree, "os.environ")]
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                arguments = function.args
+                positional = arguments.posonlyargs + arguments.args
+                defaults = [None] * (len(positional) - len(arguments.defaults)) + arguments.defaults
+                scopes += [(function, argument.arg) for argument, default in zip(
+                    positional + arguments.kwonlyargs, defaults + arguments.kw_defaults, strict=True)
+                    if default is not None and ast.unparse(default) == "os.environ"]
+        for scope, mapping in scopes:
+            for node in ast.walk(scope):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).startswith(f"{mapping}.") and node.args:
+                    key = node.args[0]
+                elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == mapping:
+                    key = node.slice
+                else:
+                    continue
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    read.add(key.value)
     return read
 
 
@@ -197,7 +212,8 @@ class Gunicorn:
     """One API instance on 127.0.0.1:<free port>, in its own session, until ``stop()`` (or its ``with`` ends).
 
     ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
-    gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment;
+    gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment (but for
+    CONTAINER_ONLY);
     ``app`` replaces the WSGI app (module:name, importable from the repository root); ``preexec_fn`` runs in the
     child before gunicorn is exec'd (e.g. to join a cgroup, which the workers then inherit). A fresh metrics
     directory unless ``env`` names one. The output goes to a file (a pipe nobody reads fills up after a few
@@ -212,7 +228,8 @@ class Gunicorn:
         argv = compose_api_command()
         argv[0], argv[-1] = str(GUNICORN), app  # the venv's gunicorn; compose's app is service.wsgi:app
         environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
-        environment.update(compose_api_environment() if compose else {})
+        environment.update({name: value for name, value in compose_api_environment().items()
+                            if name not in CONTAINER_ONLY} if compose else {})
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
         # No batch-job workers beside it unless the test asks (each loads the models: ~1 s of CPU, ~150 MB).

@@ -135,7 +135,7 @@ class Cors:
         headers["Access-Control-Allow-Origin"] = "*" if self.any else origin
         headers["Access-Control-Expose-Headers"] = "X-Request-Id"
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-            headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"  # DELETE: /v1/files/{id}
             headers["Access-Control-Allow-Headers"] = ALLOW_HEADERS
             headers["Access-Control-Max-Age"] = "600"
         return response

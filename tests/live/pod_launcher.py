@@ -18,7 +18,8 @@ import re
 import sys
 
 RUNTIME_MOUNTS = ("/proc", "/sys", "/dev")  # a container runtime provides these, writable where the kernel says
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 1, 2, 4, 8, 32, 4096, 8192, 16384
+STAGING = "/tmp"  # where a new root is built before it is moved onto / (a volume covers /tmp again afterwards)
 KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}  # a bind remount would clear them
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
@@ -33,6 +34,11 @@ def main(argv: list[str]) -> None:
     # 0700 home), the venv (sys.prefix) and the checkout. A handle on each, taken before any mount covers it,
     # binds it back after one did (mount(2) follows /proc/self/fd/N to the directory itself, not to its name).
     keep = {path: os.open(path, os.O_PATH) for path in outermost(sys.base_prefix, sys.prefix, workdir)}
+    # A volume whose mount point the host lacks (a claim's /data): its parent reopened with an empty directory made
+    # for it, in this namespace only.
+    for path, _ in options.tmpfs:
+        if not os.path.isdir(path):
+            reopen(os.path.dirname(path), made=os.path.basename(path))
     # The pod's writable volumes: an emptyDir with medium: Memory is a tmpfs of its sizeLimit, made 0777 by the
     # kubelet (kubernetes#110835: no sticky bit). A checkout under /tmp (CI's clone) is bound back into it.
     for path, size in options.tmpfs:
@@ -92,16 +98,20 @@ def cover(path: str, options: str, keep: dict[str, int]) -> None:
             mount(f"/proc/self/fd/{handle}", kept, flags=MS_BIND)
 
 
-def reopen(path: str) -> None:
-    """``path`` (a directory others may not search) as a 0755 tmpfs holding each of its entries, bound back through
-    a handle taken before the tmpfs covered them (a symbolic link is made again, not bound)."""
+def reopen(path: str, made: str | None = None) -> None:
+    """``path`` (a directory others may not search, or one that lacks the mount point ``made``) as a 0755 tmpfs
+    holding each of its entries, bound back with the mounts below them through a handle taken before the tmpfs
+    covered them (a symbolic link is made again, not bound), and an empty directory ``made``. The root is built on
+    STAGING, moved onto / and entered (chroot), as switch_root does: a tmpfs mounted on / would stay under this
+    process's root, unseen."""
     names = os.listdir(path)
     entries = {name: os.open(os.path.join(path, name), os.O_PATH | os.O_NOFOLLOW) for name in names}
     links = {name: os.readlink(os.path.join(path, name)) for name in names if os.path.islink(os.path.join(path, name))}
     directories = {name for name in names if os.path.isdir(os.path.join(path, name))}
-    mount("tmpfs", path, "tmpfs", data="mode=0755")
+    base = STAGING if path == "/" else path
+    mount("tmpfs", base, "tmpfs", data="mode=0755")
     for name, handle in entries.items():
-        target = os.path.join(path, name)
+        target = os.path.join(base, name)
         if name in links:
             os.symlink(links[name], target)
             continue
@@ -109,7 +119,15 @@ def reopen(path: str) -> None:
             os.mkdir(target)
         else:
             open(target, "x").close()  # a mount point for the file: it is bound over at once
-        mount(f"/proc/self/fd/{handle}", target, flags=MS_BIND)
+        # Recursively, but for STAGING itself: the new root, mounted on it now, would come along.
+        recursive = MS_REC if os.path.join(path, name) != STAGING else 0
+        mount(f"/proc/self/fd/{handle}", target, flags=MS_BIND | recursive)
+    if made:
+        os.mkdir(os.path.join(base, made))
+    if path == "/":
+        os.chdir(base)
+        mount(".", "/", flags=MS_MOVE)
+        os.chroot(".")
 
 
 def writable_mounts() -> dict[str, int]:

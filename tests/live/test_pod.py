@@ -5,7 +5,9 @@ image's ENV under the generated ConfigMap and the literal env; API_KEYS, from an
 its user and group, no capabilities, no privilege escalation, a read-only root filesystem and a tmpfs for each
 memory-backed emptyDir, and the probes' paths. A private mount namespace (``unshare``, then
 tests/live/pod_launcher.py in it) makes the mounts; ``setpriv`` drops to the manifest's user. Nothing on the host
-changes. Needs root, util-linux and kubectl: skipped, saying so, without them; failed in CI.
+changes. Needs root, util-linux and kubectl: skipped, saying so, without them; failed in CI. The shared jobs volume (a
+persistentVolumeClaim) stands as a tmpfs of the claim's size, its mount point made in the namespace only. The worker
+Deployment's preStop hook runs against a Huey consumer that is PID 1 of its own PID namespace, as in a container.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,7 @@ from tests.harness import (
     GUNICORN,
     Gunicorn,
     LaunchError,
+    children,
     container_environment,
     free_port,
     image_environment,
@@ -67,7 +71,7 @@ class Container:
 
     command: list[str]
     env: dict[str, str]
-    volumes: dict[str, int]  # mountPath -> tmpfs size in bytes (emptyDir, medium: Memory, sizeLimit)
+    volumes: dict[str, int]  # mountPath -> tmpfs size in bytes (emptyDir sizeLimit, or the claim's storage)
     uid: int
     gid: int
     probes: dict[str, str]  # startupProbe, readinessProbe, livenessProbe -> httpGet path
@@ -87,20 +91,30 @@ def environment(container: dict, objects: list[dict]) -> dict[str, str]:
     return {**image_environment(), **{name: value for name, value in manifest.items() if value is not None}}
 
 
+def deployment(objects: list[dict], name: str) -> dict:
+    [found] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
+    return found
+
+
 def read_container(objects: list[dict]) -> Container:
-    [deployment] = [o for o in objects if o["kind"] == "Deployment"]
-    pod = deployment["spec"]["template"]["spec"]
+    """The API's container (Deployment attention)."""
+    pod = deployment(objects, "attention")["spec"]["template"]["spec"]
     [container] = pod["containers"]
     security = {**pod.get("securityContext", {}), **container["securityContext"]}  # the container's wins
     # What the launcher and setpriv below enforce: a manifest asking for anything else needs them changed.
     assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"], security
     assert security["capabilities"] == {"drop": ["ALL"]}, security
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    claims = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "PersistentVolumeClaim"}
     tmpfs = {}
     for mounted in container["volumeMounts"]:
-        empty_dir = volumes[mounted["name"]]["emptyDir"]
-        assert empty_dir["medium"] == "Memory", empty_dir  # the only kind of volume the launcher makes
-        tmpfs[mounted["mountPath"]] = quantity(empty_dir["sizeLimit"])
+        volume = volumes[mounted["name"]]
+        if "persistentVolumeClaim" in volume:  # the shared jobs volume: a tmpfs of its size stands for it
+            claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+            tmpfs[mounted["mountPath"]] = quantity(claim["resources"]["requests"]["storage"])
+            continue
+        assert volume["emptyDir"]["medium"] == "Memory", volume  # the only other kind of volume the launcher makes
+        tmpfs[mounted["mountPath"]] = quantity(volume["emptyDir"]["sizeLimit"])
     probes = {kind: container[kind]["httpGet"]["path"] for kind in ("startupProbe", "readinessProbe", "livenessProbe")}
     return Container(container["command"], environment(container, objects), tmpfs, security["runAsUser"],
                      security["runAsGroup"], probes)
@@ -236,3 +250,60 @@ def test_sigterm_lets_an_in_flight_request_finish(container):
         assert np.shape(slow.result().json()["output"]) == (128, 512)
         assert pod.process.wait(timeout=int(container.env["GUNICORN_GRACEFUL_TIMEOUT"])) == 0
         pod.assert_clean_log()
+
+
+# --- the worker pod's stop ------------------------------------------------------------------------------------------
+
+# A Huey consumer standing for attention-worker, which runs Huey's Consumer too (service/jobs/worker.py: the same
+# signal handling), and a task standing for a chunk: it marks its start, computes for a while, writes its result.
+TASKS = """
+import pathlib, time
+from huey import SqliteHuey
+huey = SqliteHuey("pod-stop", filename=str(pathlib.Path(__file__).with_name("queue.sqlite3")))
+
+@huey.task()
+def chunk(out: str) -> None:
+    pathlib.Path(out + ".started").touch()
+    time.sleep(2)
+    pathlib.Path(out).write_text("kept")
+"""
+CONSUMER = ("import sys; sys.path.insert(0, sys.argv[1]); from tasks import huey; from huey.consumer import Consumer; "
+            "Consumer(huey, workers=1, periodic=False, initial_delay=0.05, max_delay=0.1).run()")
+
+
+def stop_with_a_chunk_running(folder: Path, hook: list[str] | None, grace: int) -> tuple[int, bool]:
+    """A consumer as PID 1 of a PID namespace of its own, running a chunk; then what the kubelet does: the preStop
+    ``hook`` in that namespace (if any), SIGTERM. Its exit status, and whether the chunk's result was written."""
+    (folder / "tasks.py").write_text(TASKS)
+    process = subprocess.Popen([TOOLS["unshare"], "--pid", "--fork", "--mount-proc", sys.executable, "-c", CONSUMER,
+                                str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        [consumer] = wait_for(lambda: children(process.pid), 10, "the consumer, PID 1 of its namespace")
+        enqueue = "import sys; sys.path.insert(0, sys.argv[1]); from tasks import chunk; chunk(sys.argv[2])"
+        subprocess.run([sys.executable, "-c", enqueue, str(folder), str(folder / "out")], check=True, timeout=30)
+        wait_for(lambda: (folder / "out.started").exists(), 10, "the chunk running")
+        if hook:
+            subprocess.run([TOOLS["nsenter"], f"--target={consumer}", "--pid", *hook], check=True, timeout=grace)
+        os.kill(consumer, signal.SIGTERM)
+        return process.wait(timeout=grace), (folder / "out").exists()  # the kubelet's SIGKILL comes after the grace
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def test_the_worker_pods_pre_stop_hook_lets_the_running_chunk_finish(tmp_path):
+    missing = [name for name in ("kubectl", "unshare", "nsenter") if TOOLS[name] is None]
+    if missing or os.geteuid() != 0:
+        why = f"the worker's stop needs root, util-linux and kubectl; missing: {missing or 'root'}"
+        (pytest.fail if in_ci() else pytest.skip)(why)
+    pod = deployment(kustomize("prod"), "attention-worker")["spec"]["template"]["spec"]
+    [worker] = pod["containers"]
+    command = worker["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "python"  # the image's; here this venv's
+    grace = pod["terminationGracePeriodSeconds"]
+    (tmp_path / "hooked").mkdir()
+    (tmp_path / "plain").mkdir()
+    assert stop_with_a_chunk_running(tmp_path / "hooked", [sys.executable, *command[1:]], grace) == (0, True)
+    # without the hook SIGTERM is Huey's immediate stop: the chunk is dropped, to be run again after its lease
+    assert stop_with_a_chunk_running(tmp_path / "plain", None, grace) == (0, False)

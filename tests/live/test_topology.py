@@ -6,6 +6,8 @@ with only ports and paths changed (tests/harness.py). Load is bounded in count a
 
 from __future__ import annotations
 
+import http.client
+import json
 import shutil
 import subprocess
 import threading
@@ -19,6 +21,7 @@ from service.operations.limits import Limits
 from tests.harness import (
     Gunicorn,
     Nginx,
+    compose_api_environment,
     post_in_flight,
     render_nginx_conf,
     requests_total,
@@ -27,6 +30,8 @@ from tests.harness import (
 )
 
 MHA = "/v1/multi-head-attention"
+BROKEN = "tests.live.broken_replica:app"
+NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
 def demo5_body(rng: np.random.Generator) -> dict:
@@ -157,6 +162,72 @@ def test_nginx_answers_its_own_errors_as_problems(tmp_path):
         down = requests.get(f"{nginx.url}/v1/limits", timeout=10)
         assert down.status_code == 503 and down.headers["Content-Type"] == "application/problem+json"
         assert down.json()["status"] == 503 and down.headers["Retry-After"] == "1"
+
+
+@pytest.mark.needs_nginx
+def test_only_the_compute_endpoints_repeat_a_post_on_another_replica():
+    """A replica that read a POST and failed (502): nginx repeats it on the other replica for a computation, never
+    for an upload or a batch, which would be stored or run twice (the API's answer there may be a 404 while the
+    route is missing: nginx's choice is what is checked)."""
+    posts = {"/v1/batches": {"json": {"input_file_id": "file-1", "endpoint": MHA, "completion_window": "24h"}},
+             "/v1/files": {"data": b'{"custom_id": "a"}\n', "headers": NDJSON, "params": {"purpose": "batch"}},
+             MHA: {"json": demo5_body(np.random.default_rng(3))}}
+    with Gunicorn(app=BROKEN) as broken, Gunicorn(compose=True) as healthy:
+        first, second = f"127.0.0.1:{broken.port}", f"127.0.0.1:{healthy.port}"
+        for path, request in posts.items():
+            # A fresh nginx per path: each of its workers' round robin starts at the broken replica, and only its start
+            # (one /healthz) has moved one of them on, so of three POSTs at least one goes to the broken replica first.
+            with Nginx([first, second]) as nginx:
+                answers = [requests.post(f"{nginx.url}{path}", timeout=10, **request) for _ in range(3)]
+                lines = wait_for(lambda: logged_posts(nginx, 3), 5, f"nginx's access log lines of {path}")
+            tried = [line["upstream"].split(", ") for line in lines]
+            assert first in [upstreams[0] for upstreams in tried], (path, tried)
+            if path == MHA:
+                assert [first, second] in tried and [answer.status_code for answer in answers] == [200] * 3
+            else:
+                assert all(len(upstreams) == 1 for upstreams in tried), (path, tried)
+                assert all(line["status"] == 502 for line in lines if line["upstream"] == first), lines
+
+
+def logged_posts(nginx: Nginx, count: int) -> list[dict] | None:
+    """nginx's access log lines of POSTs once there are ``count`` (each is written after its response)."""
+    lines = [line for line in nginx.access_log() if line["method"] == "POST"]
+    return lines if len(lines) == count else None
+
+
+def declared_only(url: str, path: str, length: int) -> tuple[int, dict]:
+    """POST headers declaring a ``length``-byte body, and no body: nginx judges client_max_body_size on the header."""
+    connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+    try:
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(length))
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        connection.close()
+
+
+@pytest.mark.needs_nginx
+def test_uploads_may_exceed_the_body_limit_up_to_the_file_limit_and_nothing_else_may():
+    # compose's ATTENTION_MAX_FILE_BYTES: nginx's and the service's (tests/unit/test_deploy.py)
+    limits = {"max_body_bytes": Limits().max_body_bytes,
+              "max_file_bytes": int(compose_api_environment()["ATTENTION_MAX_FILE_BYTES"])}
+    with Gunicorn(compose=True) as instance, Nginx([f"127.0.0.1:{instance.port}"]) as nginx:
+        upload = requests.post(f"{nginx.url}/v1/files", params={"purpose": "batch"}, data=b"\n" * (17 * 2**20),
+                               headers={**NDJSON, "X-Request-Id": "upload-17m"}, timeout=30)
+        passed = wait_for(lambda: [line for line in nginx.access_log() if line["request_id"] == "upload-17m"], 5,
+                          "the upload's access log line")
+        # nginx sent it to the API, whatever the API answered (not nginx's 413)
+        assert passed[0]["upstream"] == f"127.0.0.1:{instance.port}", (upload.status_code, passed)
+        assert passed[0]["request_bytes"] > 17 * 2**20
+        for path, limit in (("/v1/batches", "max_body_bytes"), (MHA, "max_body_bytes"),
+                            ("/v1/files", "max_file_bytes")):
+            status, problem = declared_only(nginx.url, path, limits[limit] + 1)
+            assert (status, problem["status"]) == (413, 413), (path, problem)
+            assert limit in problem["detail"], problem
+        assert declared_only(nginx.url, "/v1/batches", 17 * 2**20)[0] == 413
 
 
 def test_metrics_of_an_instance_sum_every_worker():

@@ -8,6 +8,8 @@ import copy
 import functools
 import math
 import re
+import tomllib
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -20,6 +22,7 @@ from tests.harness import (
     ROOT,
     container_environment,
     image_command,
+    image_environment,
     image_user,
     in_ci,
     kubectl_available,
@@ -33,24 +36,42 @@ SETTINGS = ROOT / "deploy" / "k8s" / "base" / "settings.env"
 INFERENCE_SERVICE = ROOT / "deploy" / "kserve" / "inferenceservice.yaml"
 KSERVE_CRD = ROOT.parent / "shared" / "kserve" / "inferenceservices-crd.yaml"
 BLAS_VARIABLES = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}  # read by the BLAS libraries
+API, WORKER = "attention", "attention-worker"  # the Deployments (and their autoscalers and network policies)
+DEPLOYMENTS = (API, WORKER)
+FS_GROUP = ("fsGroup", "fsGroupChangePolicy")  # the shared volume's group: only where that volume is mounted
+
+Objects = dict[tuple[str, str], dict]
+
 
 @functools.cache
-def rendered(name: str) -> dict[str, dict]:
-    """The overlay's objects by kind, as kubectl renders them; each kind appears at most once."""
+def rendered(name: str) -> Objects:
+    """The overlay's objects by (kind, name), as kubectl renders them."""
     if not kubectl_available():
         if in_ci():
             pytest.fail("kubectl (with kustomize built in) is not on PATH: the manifests cannot be rendered")
         pytest.skip("kubectl (with kustomize built in) is not on PATH")
     objects = kustomize(name)
-    by_kind = {obj["kind"]: obj for obj in objects}
-    assert len(by_kind) == len(objects), "one object per kind"
-    return by_kind
+    by_key = {(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
+    assert len(by_key) == len(objects), "one object per kind and name"
+    return by_key
+
+
+def only(objects: Objects, kind: str) -> dict:
+    """The one object of ``kind`` (the generated ConfigMap's name carries a hash)."""
+    [found] = [obj for (each, _), obj in objects.items() if each == kind]
+    return found
 
 
 @pytest.fixture(params=OVERLAYS)
-def overlay(request) -> tuple[str, dict[str, dict]]:
-    """(overlay name, its rendered objects by kind)."""
+def overlay(request) -> tuple[str, Objects]:
+    """(overlay name, its rendered objects by kind and name)."""
     return request.param, rendered(request.param)
+
+
+@pytest.fixture(params=DEPLOYMENTS)
+def deployment(request) -> str:
+    """The name of one of the Deployments: the API's or the batch-job workers'."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +79,13 @@ def isvc() -> dict:
     return yaml.safe_load(INFERENCE_SERVICE.read_text())
 
 
-def pod_spec(objects: dict[str, dict]) -> dict:
-    return objects["Deployment"]["spec"]["template"]["spec"]
+def pod_spec(objects: Objects, name: str = API) -> dict:
+    return objects["Deployment", name]["spec"]["template"]["spec"]
 
 
-def container(objects: dict[str, dict]) -> dict:
-    [only] = pod_spec(objects)["containers"]
-    return only
+def container(objects: Objects, name: str = API) -> dict:
+    [single] = pod_spec(objects, name)["containers"]
+    return single
 
 
 def settings_file() -> dict[str, str]:
@@ -73,11 +94,11 @@ def settings_file() -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines)
 
 
-def environment(objects: dict[str, dict]) -> dict[str, str | None]:
+def environment(objects: Objects, name: str = API) -> dict[str, str | None]:
     """The container's variables: the generated ConfigMap's (envFrom) then its literal env (None: from a Secret)."""
-    [source] = container(objects)["envFrom"]
-    assert source["configMapRef"]["name"] == objects["ConfigMap"]["metadata"]["name"]  # hashed, as kustomize renames
-    return container_environment(container(objects), list(objects.values()))
+    [source] = container(objects, name)["envFrom"]
+    assert source["configMapRef"]["name"] == only(objects, "ConfigMap")["metadata"]["name"]  # hashed by kustomize
+    return container_environment(container(objects, name), list(objects.values()))
 
 
 def service_variables() -> set[str]:
@@ -89,6 +110,18 @@ def service_variables() -> set[str]:
 def project_version() -> str:
     [version] = re.findall(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
     return version
+
+
+def worker_command() -> list[str]:
+    """The console script pyproject.toml ships for service.jobs.worker:main, as a command."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return [name for name, target in scripts.items() if target == "service.jobs.worker:main"]
+
+
+def volumes_by_mount(objects: Objects, name: str) -> dict[str, dict]:
+    """A Deployment's container mounts: mountPath -> the pod's volume it mounts."""
+    volumes = {volume["name"]: volume for volume in pod_spec(objects, name)["volumes"]}
+    return {mount["mountPath"]: volumes[mount["name"]] for mount in container(objects, name)["volumeMounts"]}
 
 
 # --- schemas -------------------------------------------------------------------------------------------------------
@@ -159,34 +192,59 @@ def test_the_kserve_validation_refuses_unknown_fields_and_wrong_types(kserve_sch
     assert kserve_errors(kserve_schema, wrong)
 
 
-# --- the pod -------------------------------------------------------------------------------------------------------
+# --- the pods ------------------------------------------------------------------------------------------------------
 
-def test_the_pod_runs_the_image_command_as_the_image_user_with_nothing_more(overlay):
+def test_the_pods_run_the_image_commands_as_the_image_user_with_nothing_more(overlay, deployment):
     _, objects = overlay
-    pod, api = pod_spec(objects), container(objects)
+    pod, api = pod_spec(objects, deployment), container(objects, deployment)
     uid, gid, user = image_user()
     assert user == "app" and pod["securityContext"]["runAsUser"] == uid == 10001
     assert pod["securityContext"]["runAsGroup"] == gid == 10001 and pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # the shared volume's files belong to the image's group, where the volume's driver applies fsGroup
+    assert (pod["securityContext"]["fsGroup"], pod["securityContext"]["fsGroupChangePolicy"]) == (gid, "OnRootMismatch")
     assert api["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                       "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
-    assert api["command"] == image_command()
+    assert api["command"] == {API: image_command(), WORKER: worker_command()}[deployment]
+    assert worker_command() == ["attention-worker"]
     assert api["image"] == f"attention-service:{project_version()}"
     assert pod["automountServiceAccountToken"] is False
-    account = objects["ServiceAccount"]
+    account = only(objects, "ServiceAccount")
     assert pod["serviceAccountName"] == account["metadata"]["name"] and account["automountServiceAccountToken"] is False
     assert pod["enableServiceLinks"] is False  # else ATTENTION_* variables of the Service would reach the service
 
 
-def test_the_only_writable_path_is_a_memory_backed_temporary_directory(overlay):
+def test_the_worker_pod_is_the_api_pod_but_for_command_resources_and_serving(overlay):
     _, objects = overlay
-    volumes = {volume["name"]: volume for volume in pod_spec(objects)["volumes"]}
-    mounts = container(objects)["volumeMounts"]
-    assert [mount["mountPath"] for mount in mounts] == ["/tmp"]  # tempfile's directory: metrics and heartbeats
-    for mount in mounts:
-        assert volumes[mount["name"]]["emptyDir"]["medium"] == "Memory"
-        assert volumes[mount["name"]]["emptyDir"]["sizeLimit"]
-    assert "TMPDIR" not in environment(objects) and "PROMETHEUS_MULTIPROC_DIR" not in environment(objects)
+    api, worker = pod_spec(objects, API), pod_spec(objects, WORKER)
+    for field in ("securityContext", "serviceAccountName", "automountServiceAccountToken", "enableServiceLinks",
+                  "volumes"):
+        assert worker[field] == api[field], field
+    for field in ("image", "imagePullPolicy", "securityContext", "volumeMounts"):
+        assert container(objects, WORKER)[field] == container(objects, API)[field], field
+    # it serves no HTTP: no port, no probe, no Service; and it needs no API keys
+    assert not {"ports", "startupProbe", "readinessProbe", "livenessProbe", "env"} & set(container(objects, WORKER))
+    assert environment(objects, WORKER) == only(objects, "ConfigMap")["data"]
+
+
+def test_the_writable_paths_are_a_memory_backed_tmp_and_the_shared_jobs_volume(overlay, deployment):
+    _, objects = overlay
+    mounts = volumes_by_mount(objects, deployment)
+    data = environment(objects, deployment)["ATTENTION_DATA_DIR"]
+    assert set(mounts) == {"/tmp", data}  # tempfile's directory (metrics, heartbeats), and the jobs' files
+    assert mounts["/tmp"]["emptyDir"]["medium"] == "Memory" and mounts["/tmp"]["emptyDir"]["sizeLimit"]
+    claim = only(objects, "PersistentVolumeClaim")
+    assert mounts[data]["persistentVolumeClaim"] == {"claimName": claim["metadata"]["name"]}
+    env = environment(objects, deployment)
+    assert "TMPDIR" not in env and "PROMETHEUS_MULTIPROC_DIR" not in env
+
+
+def test_the_jobs_volume_is_one_claim_every_node_may_mount_read_write(overlay):
+    _, objects = overlay
+    claim = only(objects, "PersistentVolumeClaim")["spec"]
+    assert claim["accessModes"] == ["ReadWriteMany"]  # API and worker pods on any nodes, all writing
+    assert claim["resources"]["requests"]["storage"] == "20Gi"
+    assert "storageClassName" not in claim  # the cluster's default, or an overlay's class offering ReadWriteMany
 
 
 def test_resources_are_requested_limited_and_size_the_workers(overlay):
@@ -197,6 +255,9 @@ def test_resources_are_requested_limited_and_size_the_workers(overlay):
     assert cpus == math.ceil(cpus) == {"dev": 1, "prod": 2}[name]  # the quota gunicorn sizes its workers by
     assert resources["limits"]["memory"].endswith("Mi") or resources["limits"]["memory"].endswith("Gi")
     assert "WEB_CONCURRENCY" not in environment(objects)
+    # a batch-job worker computes one chunk at a time on one BLAS thread: one CPU
+    worker = container(objects, WORKER)["resources"]
+    assert worker["requests"] == worker["limits"] == {"cpu": "1", "memory": "1Gi"}
 
 
 def test_probes_use_the_service_port_and_paths_the_app_answers(overlay, client):
@@ -210,9 +271,10 @@ def test_probes_use_the_service_port_and_paths_the_app_answers(overlay, client):
     for probe in probes.values():
         assert probe["port"] == port["name"]
         assert client.get(probe["path"]).status_code == 200
-    template = objects["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    template = objects["Deployment", API]["spec"]["template"]["metadata"]["annotations"]
     assert template["prometheus.io/scrape"] == "true" and int(template["prometheus.io/port"]) == port["containerPort"]
     assert client.get(template["prometheus.io/path"]).status_code == 200
+    assert "annotations" not in objects["Deployment", WORKER]["spec"]["template"]["metadata"]  # nothing to scrape
 
 
 def test_the_grace_period_covers_the_pre_stop_pause_and_the_graceful_timeout(overlay):
@@ -222,13 +284,25 @@ def test_the_grace_period_covers_the_pre_stop_pause_and_the_graceful_timeout(ove
     assert pause > 0 and pod_spec(objects)["terminationGracePeriodSeconds"] > pause + graceful
 
 
-def test_every_variable_set_is_one_the_service_reads(overlay):
+def test_a_stopping_worker_first_asks_huey_for_its_graceful_stop_and_has_time_for_a_chunk(overlay):
+    _, objects = overlay
+    command = container(objects, WORKER)["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["python", "-c"] and "os.kill(1, signal.SIGINT)" in command[2]  # tests/live/test_pod.py
+    [pause] = map(float, re.findall(r"time\.sleep\(([\d.]+)\)", command[2]))
+    env = environment(objects, WORKER)
+    # a chunk is at most a /v1/batch request's work, which gunicorn bounds by GUNICORN_TIMEOUT
+    grace = pod_spec(objects, WORKER)["terminationGracePeriodSeconds"]
+    assert grace > pause + int(env["GUNICORN_TIMEOUT"]) > int(env["GUNICORN_GRACEFUL_TIMEOUT"])
+
+
+def test_every_variable_set_is_one_the_service_reads(overlay, deployment):
     _, objects = overlay
     read = service_variables()
     assert {"API_KEYS", "HOST", "GUNICORN_GRACEFUL_TIMEOUT", "ATTENTION_MAX_D_MODEL", "ATTENTION_MODELS"} <= read
-    assert set(environment(objects)) - read == set()
-    [secret] = [item for item in container(objects)["env"] if item["name"] == "API_KEYS"]
-    assert secret["valueFrom"]["secretKeyRef"]["optional"] is True  # no Secret: auth off, the pod still starts
+    assert set(environment(objects, deployment)) - read == set()
+    if deployment == API:
+        [secret] = [item for item in container(objects)["env"] if item["name"] == "API_KEYS"]
+        assert secret["valueFrom"]["secretKeyRef"]["optional"] is True  # no Secret: auth off, the pod still starts
 
 
 def test_the_settings_hold_every_limit_at_the_service_default():
@@ -237,52 +311,92 @@ def test_the_settings_hold_every_limit_at_the_service_default():
     assert Limits.from_env(settings) == Limits()
 
 
-# --- the objects around the pod ------------------------------------------------------------------------------------
+def test_the_settings_send_the_batches_to_the_worker_pods_through_redis_and_the_shared_volume():
+    settings = settings_file()
+    assert settings["ATTENTION_EMBEDDED_WORKERS"] == "0"  # the worker Deployment computes; the API stores, enqueues
+    assert settings["ATTENTION_DATA_DIR"] == image_environment()["ATTENTION_DATA_DIR"] == "/data"
+    queue = urlsplit(settings["ATTENTION_QUEUE_URL"])
+    assert (queue.scheme, queue.hostname, queue.port) == ("redis", "attention-redis", 6379)  # a Service of yours
+
+
+# --- the objects around the pods -----------------------------------------------------------------------------------
 
 def selects(selector: dict, labels: dict) -> bool:
     return selector.items() <= labels.items()
 
 
+def pod_labels(objects: Objects, name: str) -> dict:
+    return objects["Deployment", name]["spec"]["template"]["metadata"]["labels"]
+
+
 def test_selectors_match_the_pods_and_the_autoscaler_and_budget_target_the_deployment(overlay):
     _, objects = overlay
-    deployment = objects["Deployment"]
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert selects(deployment["spec"]["selector"]["matchLabels"], labels)
-    assert selects(objects["Service"]["spec"]["selector"], labels)
-    assert objects["Service"]["spec"]["ports"][0]["targetPort"] == container(objects)["ports"][0]["name"]
-    policy = objects["NetworkPolicy"]["spec"]
+    deployment = objects["Deployment", API]
+    labels, workers = pod_labels(objects, API), pod_labels(objects, WORKER)
+    for name in DEPLOYMENTS:
+        assert selects(objects["Deployment", name]["spec"]["selector"]["matchLabels"], pod_labels(objects, name))
+    assert not selects(deployment["spec"]["selector"]["matchLabels"], workers)  # neither owns the other's pods
+    assert not selects(objects["Deployment", WORKER]["spec"]["selector"]["matchLabels"], labels)
+    service = only(objects, "Service")
+    assert selects(service["spec"]["selector"], labels) and not selects(service["spec"]["selector"], workers)
+    assert service["spec"]["ports"][0]["targetPort"] == container(objects)["ports"][0]["name"]
+    policy = objects["NetworkPolicy", API]["spec"]
     assert selects(policy["podSelector"]["matchLabels"], labels) and policy["policyTypes"] == ["Ingress"]
+    assert not selects(policy["podSelector"]["matchLabels"], workers)
     assert policy["ingress"] == [{"ports": [{"port": container(objects)["ports"][0]["containerPort"],
                                              "protocol": "TCP"}]}]
-    if "HorizontalPodAutoscaler" in objects:
-        target = objects["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
-        assert target == {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
-    if "PodDisruptionBudget" in objects:
-        assert selects(objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"], labels)
+    for name in DEPLOYMENTS:
+        if ("HorizontalPodAutoscaler", name) in objects:
+            target = objects["HorizontalPodAutoscaler", name]["spec"]["scaleTargetRef"]
+            assert target == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+    if ("PodDisruptionBudget", API) in objects:
+        budget = objects["PodDisruptionBudget", API]["spec"]["selector"]["matchLabels"]
+        assert selects(budget, labels) and not selects(budget, workers)
     for constraint in pod_spec(objects).get("topologySpreadConstraints", []):
         assert selects(constraint["labelSelector"]["matchLabels"], labels)
 
 
+def test_nothing_reaches_the_workers_and_every_pod_may_reach_redis(overlay):
+    _, objects = overlay
+    policy = objects["NetworkPolicy", WORKER]["spec"]
+    assert selects(policy["podSelector"]["matchLabels"], pod_labels(objects, WORKER))
+    assert not selects(policy["podSelector"]["matchLabels"], pod_labels(objects, API))
+    assert policy["policyTypes"] == ["Ingress"] and "ingress" not in policy  # Ingress with no rule: none allowed
+    # No policy restricts egress: Redis (ATTENTION_QUEUE_URL, outside these manifests) is the cluster's to allow.
+    policies = [obj["spec"] for (kind, _), obj in objects.items() if kind == "NetworkPolicy"]
+    assert len(policies) == 2 and all("Egress" not in policy["policyTypes"] for policy in policies)
+
+
 def test_dev_runs_one_replica_without_autoscaler_or_budget():
     objects = rendered("dev")
-    assert objects["Deployment"]["spec"]["replicas"] == 1
-    assert "HorizontalPodAutoscaler" not in objects and "PodDisruptionBudget" not in objects
+    for name in DEPLOYMENTS:
+        assert objects["Deployment", name]["spec"]["replicas"] == 1
+    assert not [kind for kind, _ in objects if kind in ("HorizontalPodAutoscaler", "PodDisruptionBudget")]
 
 
 def test_prod_keeps_two_replicas_on_different_nodes_and_rolls_out_with_none_down():
     objects = rendered("prod")
-    deployment, hpa = objects["Deployment"]["spec"], objects["HorizontalPodAutoscaler"]["spec"]
+    deployment, hpa = objects["Deployment", API]["spec"], objects["HorizontalPodAutoscaler", API]["spec"]
     assert "replicas" not in deployment  # the HPA's: kubectl apply would reset a count set here
     assert hpa["minReplicas"] >= 2 and hpa["maxReplicas"] == 20
     assert hpa["metrics"] == [{"type": "Resource", "resource": {
         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]
     assert deployment["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-    budget = objects["PodDisruptionBudget"]["spec"]
+    budget = objects["PodDisruptionBudget", API]["spec"]
     assert budget["maxUnavailable"] == 1 < hpa["minReplicas"] and budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     constraints = deployment["template"]["spec"]["topologySpreadConstraints"]
     spread = {constraint["topologyKey"]: constraint["whenUnsatisfiable"] for constraint in constraints}
     assert all(constraint["nodeTaintsPolicy"] == "Honor" for constraint in constraints)  # tainted nodes: no domain
     assert spread == {"kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
+
+
+def test_prod_keeps_two_workers_and_scales_them_on_cpu():
+    objects = rendered("prod")
+    workers, hpa = objects["Deployment", WORKER]["spec"], objects["HorizontalPodAutoscaler", WORKER]["spec"]
+    assert "replicas" not in workers  # the HPA's
+    assert hpa["minReplicas"] == 2 and hpa["maxReplicas"] == 10
+    assert hpa["metrics"] == objects["HorizontalPodAutoscaler", API]["spec"]["metrics"]  # CPU, 70 %
+    assert workers["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
 
 
 # --- KServe --------------------------------------------------------------------------------------------------------
@@ -299,21 +413,27 @@ def test_the_inference_service_is_a_standard_mode_custom_predictor_scaled_by_hpa
     assert api["ports"] == [{"containerPort": 8000, "protocol": "TCP"}]
 
 
-def test_the_inference_service_pod_is_the_deployments_pod(isvc, client):
+def test_the_inference_service_pod_is_the_deployments_pod_without_the_jobs_volume(isvc, client):
     objects = rendered("prod")
     pod, api = pod_spec(objects), container(objects)
     predictor = isvc["spec"]["predictor"]
     [served] = predictor["containers"]
-    for field in ("image", "command", "resources", "securityContext", "lifecycle", "volumeMounts"):
+    for field in ("image", "command", "resources", "securityContext", "lifecycle"):
         assert served[field] == api[field], field
-    for field in ("securityContext", "terminationGracePeriodSeconds", "automountServiceAccountToken",
-                  "enableServiceLinks", "volumes"):
+    for field in ("terminationGracePeriodSeconds", "automountServiceAccountToken", "enableServiceLinks"):
         assert predictor[field] == pod[field], field
-    assert predictor["annotations"] == objects["Deployment"]["spec"]["template"]["metadata"]["annotations"]
-    assert predictor["deploymentStrategy"] == objects["Deployment"]["spec"]["strategy"]
+    # No shared volume, hence no fsGroup for it: the synchronous API only (the manifest says why)
+    assert predictor["securityContext"] == {k: v for k, v in pod["securityContext"].items() if k not in FS_GROUP}
+    data = environment(objects)["ATTENTION_DATA_DIR"]
+    assert served["volumeMounts"] == [m for m in api["volumeMounts"] if m["mountPath"] != data]
+    assert predictor["volumes"] == [v for v in pod["volumes"] if "persistentVolumeClaim" not in v]
+    assert predictor["annotations"] == objects["Deployment", API]["spec"]["template"]["metadata"]["annotations"]
+    assert predictor["deploymentStrategy"] == objects["Deployment", API]["spec"]["strategy"]
     settings = environment(objects)
     literal = {item["name"]: item.get("value") for item in served["env"]}
     assert literal == {name: settings[name] for name in literal}  # a subset of the Deployment's, the same values
+    # no workers beside it (each replica would keep a queue of its own), and no shared queue
+    assert literal["ATTENTION_EMBEDDED_WORKERS"] == "0" and "ATTENTION_QUEUE_URL" not in literal
     assert int(literal["PORT"]) == served["ports"][0]["containerPort"]
     for kind, path in (("startupProbe", "/v2/health/ready"), ("readinessProbe", "/v2/health/ready"),
                        ("livenessProbe", "/v2/health/live")):
@@ -321,4 +441,3 @@ def test_the_inference_service_pod_is_the_deployments_pod(isvc, client):
         assert client.get(path).status_code == 200
         assert {k: v for k, v in served[kind].items() if k != "httpGet"} == {
             k: v for k, v in api[kind].items() if k != "httpGet"}
-
