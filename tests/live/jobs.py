@@ -72,19 +72,18 @@ class Worker:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def kill_holding(self, task: str, timeout: float = 30) -> None:
-        """:meth:`kill` while a ``task`` is in the worker's hands: the group is frozen (SIGSTOP) and its log read,
-        killed if one has begun and not finished, let go (SIGCONT) to try again if not."""
-        deadline = time.monotonic() + timeout
-        while True:
-            os.killpg(self.process.pid, signal.SIGSTOP)
-            started, done = self.tasks(task)
-            if started > done:
-                self.kill()
-                return
-            os.killpg(self.process.pid, signal.SIGCONT)
-            assert time.monotonic() < deadline, f"no {task} task in the worker's hands within {timeout} s"
-            time.sleep(0.01)
+    def frozen_holding(self, task: str) -> bool:
+        """Freeze the worker's group (SIGSTOP) and read its log: True, left frozen, if a ``task`` has begun and not
+        finished in it; False, let go (SIGCONT), if not."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        started, done = self.tasks(task)
+        if started > done:
+            return True
+        self.resume()
+        return False
+
+    def resume(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
 
     def log(self) -> str:
         return Path(self.logfile.name).read_text(errors="replace")
@@ -113,6 +112,18 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def frozen_holding(workers: Iterable[Worker], task: str, timeout: float = 30) -> Worker:
+    """The first of ``workers`` found (and left) frozen while a ``task`` is in its hands: killed then, it dies
+    mid-task, whatever the task's length."""
+    workers, deadline = list(workers), time.monotonic() + timeout
+    while True:
+        for worker in workers:
+            if worker.frozen_holding(task):
+                return worker
+        assert time.monotonic() < deadline, f"no {task} task in the workers' hands within {timeout} s"
+        time.sleep(0.002)
 
 
 def memory_kib(pid: int, field: str = "VmRSS") -> int:

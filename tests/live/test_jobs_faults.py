@@ -29,6 +29,7 @@ from tests.live.jobs import (
     create,
     ended,
     expected,
+    frozen_holding,
     queue_env,
     results,
     seeded,
@@ -90,13 +91,33 @@ def test_a_worker_killed_mid_chunk_costs_time_only(env, server):
         doomed.ready(), other.ready()
         running, ids = started(server)
         assert running["status"] == "in_progress", running
-        doomed.kill_holding("chunk")  # only the chunk's lease tells that it is lost
+        frozen_holding([doomed], "chunk").kill()  # only the chunk's lease tells that it is lost
         with Worker(env):  # a replacement beside the survivor
             finished = wait_batch(server, running["id"], ended, 90)
         assert finished["status"] == "completed", finished
         output, errors = results(server, finished, ids)
         assert not errors
         assert_answers(output, expected(server, ids, SLOW, ENCODER))
+
+
+def test_a_worker_killed_while_reaping_leaves_the_reaper_to_the_others(env, server):
+    """The reaper is a Huey task too, lost with the worker that runs it: the survivor must start it again, or no
+    cancel, expiry or lost chunk is ever settled."""
+    with Worker(env) as one, Worker(env) as other:
+        one.ready(), other.ready()
+        running, ids = started(server, 2 * ITEMS)  # time to catch a reap (~1 s apart, ~5 ms long), then a chunk
+        victim = frozen_holding([one, other], "reap")
+        victim.kill()
+        survivor = other if victim is one else one
+        frozen_holding([survivor], "chunk")  # its chunk's lease is live: the cancel is left to the reaper
+        try:
+            assert cancel(server, running["id"])["status"] == "cancelling"
+        finally:
+            survivor.resume()
+        finished = wait_batch(server, running["id"], ended, 30)
+        assert finished["status"] == "cancelled", finished
+        output, errors = results(server, finished, ids)
+        assert output and {line["error"]["code"] for line in errors.values()} == {"batch_cancelled"}
 
 
 def test_an_api_restarted_mid_batch_loses_nothing(env):
