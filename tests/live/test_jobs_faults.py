@@ -86,6 +86,15 @@ def started(server: str, count: int = ITEMS) -> tuple[dict, dict[str, int]]:
     return wait_batch(server, created["id"], lambda b: b["request_counts"]["completed"] > 0 or ended(b), 60), ids
 
 
+def assert_completed(server: str, batch_id: str, ids: dict[str, int]) -> None:
+    """The batch completes: every item answered once, as the single endpoint answers it."""
+    finished = wait_batch(server, batch_id, ended, 90)
+    assert finished["status"] == "completed", finished
+    output, errors = results(server, finished, ids)
+    assert not errors
+    assert_answers(output, expected(server, ids, SLOW, ENCODER))
+
+
 def test_a_worker_killed_mid_chunk_costs_time_only(env, server):
     with Worker(env) as doomed, Worker(env) as other:
         doomed.ready(), other.ready()
@@ -93,11 +102,7 @@ def test_a_worker_killed_mid_chunk_costs_time_only(env, server):
         assert running["status"] == "in_progress", running
         frozen_holding([doomed], "chunk").kill()  # only the chunk's lease tells that it is lost
         with Worker(env):  # a replacement beside the survivor
-            finished = wait_batch(server, running["id"], ended, 90)
-        assert finished["status"] == "completed", finished
-        output, errors = results(server, finished, ids)
-        assert not errors
-        assert_answers(output, expected(server, ids, SLOW, ENCODER))
+            assert_completed(server, running["id"], ids)
 
 
 def test_a_worker_killed_while_reaping_leaves_the_reaper_to_the_others(env, server):
@@ -130,11 +135,7 @@ def test_an_api_restarted_mid_batch_loses_nothing(env):
         with gunicorn_server(**env, WEB_CONCURRENCY="1") as second:
             assert batch(second, running["id"])["request_counts"]["completed"] >= running["request_counts"][
                 "completed"]
-            finished = wait_batch(second, running["id"], ended, 90)
-            assert finished["status"] == "completed", finished
-            output, errors = results(second, finished, ids)
-            assert not errors
-            assert_answers(output, expected(second, ids, SLOW, ENCODER))
+            assert_completed(second, running["id"], ids)
 
 
 def test_a_cancelled_batch_keeps_its_finished_chunks(env, server):
