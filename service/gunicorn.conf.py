@@ -5,7 +5,8 @@ the cores of the affinity; no quota: one per core (service.runtime.cpus)], GUNIC
 GUNICORN_GRACEFUL_TIMEOUT [20], GUNICORN_MAX_REQUESTS [10000], GUNICORN_MAX_REQUESTS_JITTER [1000],
 GUNICORN_ACCESSLOG [off; "-": stdout], GUNICORN_LOGLEVEL [info], GUNICORN_PRELOAD [1],
 GUNICORN_MALLOC_KEEP_MB [64; 0: glibc's defaults], OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS [1],
-PROMETHEUS_MULTIPROC_DIR [a fresh directory per instance under $TMPDIR; see service.runtime.metrics_dir].
+PROMETHEUS_MULTIPROC_DIR [a fresh directory per instance under $TMPDIR; see service.runtime.metrics_dir],
+ATTENTION_EMBEDDED_WORKERS [1; 0: none; job workers beside the web workers, see service.runtime.embedded].
 """
 
 import os
@@ -14,7 +15,7 @@ import os
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-from service.runtime import cpus, gunicorn_patches, malloc  # noqa: E402
+from service.runtime import cpus, embedded, gunicorn_patches, malloc  # noqa: E402
 from service.runtime.metrics_dir import MetricsDirectory  # noqa: E402
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
@@ -43,6 +44,10 @@ post_fork, post_request = _malloc.post_fork, _malloc.post_request
 # Made and emptied here, at config load: before anything (a preloaded app) imports prometheus_client.
 _metrics = MetricsDirectory.at_config_load()
 metrics_dir = _metrics.path
-pre_exec, child_exit, on_exit = _metrics.pre_exec, _metrics.child_exit, _metrics.on_exit
+pre_exec, child_exit = _metrics.pre_exec, _metrics.child_exit
+
+# Huey consumers for the batch jobs, started by this master and stopped before its metrics directory goes.
+_jobs = embedded.EmbeddedWorkers.at_config_load(graceful_timeout)
+when_ready, on_exit = _jobs.when_ready, embedded.chain(_jobs.on_exit, _metrics.on_exit)
 
 gunicorn_patches.install()

@@ -1,11 +1,13 @@
-"""Real servers for the tests and benchmarks: gunicorn instances and Debian's nginx on loopback, always stopped.
+"""Real servers for the tests and benchmarks: gunicorn instances, Debian's nginx and redis-server on loopback,
+always stopped.
 
 ``Gunicorn`` runs docker-compose.yml's ``api`` command (``service/gunicorn.conf.py``) on a free loopback port,
 with this environment plus what the caller adds; ``compose=True`` adds compose's ``api`` environment too (the
 topology as shipped). ``Nginx`` runs the repo's deploy/nginx.conf with only its ports and paths templated (see
-:func:`render_nginx_conf`). Bounded: a server that does not answer within ``START_TIMEOUT`` is stopped and
-reported; every server is stopped (SIGTERM, then SIGKILL to its process group) when its ``with`` block ends.
-No pytest here: benchmarks/ import it too (with the repository root on sys.path).
+:func:`render_nginx_conf`). ``RedisServer`` runs redis-server, persisting nothing, for the batch jobs' queue.
+Bounded: a server that does not answer within ``START_TIMEOUT`` is stopped and reported; every server is stopped
+(SIGTERM, then SIGKILL to its process group) when its ``with`` block ends. No pytest here: benchmarks/ import it
+too (with the repository root on sys.path).
 """
 
 from __future__ import annotations
@@ -56,8 +58,47 @@ def free_port() -> int:
 
 
 def children(pid: int) -> list[int]:
-    """Pids of a process's children (Linux /proc): a gunicorn master's are its workers."""
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    """Pids of a process's children (Linux /proc): a gunicorn master's are its web and job workers. Each thread
+    lists the children it forked: the master's job workers restarted by its monitor thread are that thread's."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of ``pid``; None once it is gone."""
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie its parent has not reaped (this test, an init that never does)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between the open and the read (ESRCH)
+        return True
+
+
+def new_masters(pid: int) -> list[int]:
+    """The masters an upgrade in place (USR2) of master ``pid`` started: its children told GUNICORN_PID."""
+    found = []
+    with contextlib.suppress(FileNotFoundError):  # the old master gone
+        for child in children(pid):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # exited, or exiting (ESRCH)
+                if b"GUNICORN_PID=" in Path(f"/proc/{child}/environ").read_bytes():
+                    found.append(child)
+    return found
+
+
+def stop_master(pid: int) -> None:
+    """SIGTERM to a master that is not a Gunicorn instance's own (one that USR2 started), and wait for its exit."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: exited(pid), 30, f"{pid}'s exit")
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -102,20 +143,27 @@ def post_in_flight(instance, path: str, body: dict) -> Future[requests.Response]
     return answer
 
 
-def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
-    """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
+def wait_until_answers(answers: Callable[[], bool], process: subprocess.Popen, what: str) -> None:
+    """Poll ``answers()`` until it is true; fail if the process exits or START_TIMEOUT passes."""
     deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
-            pass
+    while not answers():
         if process.poll() is not None:
             raise LaunchError(f"{what} exited with {process.returncode}")
         if time.monotonic() > deadline:
-            raise LaunchError(f"{what} did not answer {url} within {START_TIMEOUT} s")
+            raise LaunchError(f"{what} did not answer within {START_TIMEOUT} s")
         time.sleep(0.05)
+
+
+def wait_until_up(url: str, process: subprocess.Popen, what: str) -> None:
+    """Poll ``url`` until it answers 200; fail if the process exits or START_TIMEOUT passes."""
+
+    def answers() -> bool:
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except (requests.ConnectionError, requests.Timeout):  # not listening yet, or no worker booted yet
+            return False
+
+    wait_until_answers(answers, process, f"{what} at {url}")
 
 
 def interpolate(value: object) -> str:
@@ -213,12 +261,17 @@ class Gunicorn:
 
     ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
     gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment (but for
-    CONTAINER_ONLY);
+    CONTAINER_ONLY); no job workers (ATTENTION_EMBEDDED_WORKERS=0) unless ``env`` asks for them, and a fresh
+    ATTENTION_DATA_DIR, removed at the end, unless ``env`` names one (never the checkout's ./data, nor compose's
+    /data volume);
     ``app`` replaces the WSGI app (module:name, importable from the repository root); ``preexec_fn`` runs in the
     child before gunicorn is exec'd (e.g. to join a cgroup, which the workers then inherit). A fresh metrics
     directory unless ``env`` names one. The output goes to a file (a pipe nobody reads fills up after a few
     hundred request lines and then blocks every worker); ``log()`` reads it.
     """
+
+    data_dir: str | None = None  # made by this instance: removed at stop()
+    job_groups: frozenset[int] = frozenset()  # of the job workers seen: ended at stop(), whatever became of the master
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
                  app: str = APP, preexec_fn: Callable[[], None] | None = None) -> None:
@@ -228,12 +281,13 @@ class Gunicorn:
         argv = compose_api_command()
         argv[0], argv[-1] = str(GUNICORN), app  # the venv's gunicorn; compose's app is service.wsgi:app
         environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
+        environment["ATTENTION_EMBEDDED_WORKERS"] = "0"  # a test that is not about batch jobs pays for none
         environment.update({name: value for name, value in compose_api_environment().items()
                             if name not in CONTAINER_ONLY} if compose else {})
+        self.data_dir = None if "ATTENTION_DATA_DIR" in (env or {}) else tempfile.mkdtemp(prefix="attention-data-")
+        environment.update({"ATTENTION_DATA_DIR": self.data_dir} if self.data_dir else {})
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
-        # No batch-job workers beside it unless the test asks (each loads the models: ~1 s of CPU, ~150 MB).
-        environment["ATTENTION_EMBEDDED_WORKERS"] = "0"
         environment.update(env or {})
         self.start(argv, environment, preexec_fn)
 
@@ -267,8 +321,14 @@ class Gunicorn:
             time.sleep(0.05)
 
     def workers(self) -> list[int]:
-        """Pids of the master's children (the workers)."""
-        return children(self.pid)
+        """Pids of the master's web workers: its children in its own process group."""
+        return [pid for pid in children(self.pid) if process_group(pid) == self.pid]
+
+    def job_workers(self) -> list[int]:
+        """Pids of the job workers the master runs beside them (ATTENTION_EMBEDDED_WORKERS): each its own group."""
+        found = [pid for pid in children(self.pid) if process_group(pid) == pid]
+        self.job_groups |= set(found)
+        return found
 
     def rss_kib(self) -> dict[int, int]:
         """Resident memory of each worker, KiB (VmRSS from /proc)."""
@@ -283,7 +343,10 @@ class Gunicorn:
         self.process.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL to the master and its workers at once: a crashed instance."""
+        """SIGKILL to the master and its web workers at once: a crashed instance. Its job workers, in groups of
+        their own, live on as they would (``stop()`` ends them)."""
+        with contextlib.suppress(FileNotFoundError):  # the master already gone
+            self.job_workers()
         os.killpg(self.process.pid, signal.SIGKILL)
 
     def log(self) -> str:
@@ -291,14 +354,19 @@ class Gunicorn:
 
     def stop(self) -> None:
         if self.process.poll() is None:
+            with contextlib.suppress(FileNotFoundError):  # the master exiting right now
+                self.job_workers()
             self.terminate()
             try:
                 self.process.wait(timeout=25)
             except subprocess.TimeoutExpired:
                 self.kill()
                 self.process.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError):  # any worker left behind by a kill of the master
-            os.killpg(self.process.pid, signal.SIGKILL)
+        for group in {self.process.pid, *self.job_groups}:  # any worker left behind by a kill of the master
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
         self.logfile.close()
         os.unlink(self.logfile.name)
 
@@ -334,6 +402,17 @@ def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path) -> str:
     return text
 
 
+def end(process: subprocess.Popen, sig: signal.Signals, timeout: float = 10) -> None:
+    """``sig`` to a server's process, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
 class Nginx:
     """Debian's nginx with the repo's config in front of ``upstreams`` (host:port), on a free port."""
 
@@ -361,13 +440,7 @@ class Nginx:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)  # graceful
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        end(self.process, signal.SIGQUIT)  # nginx's graceful stop
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Nginx:
@@ -381,8 +454,60 @@ def nginx_available() -> bool:
     return bool(shutil.which("nginx") or Path("/usr/sbin/nginx").exists())
 
 
+class RedisServer:
+    """Debian's redis-server on 127.0.0.1:<free port> for the batch-job tests' queue: nothing persisted (no RDB
+    snapshots, no AOF), its files and log in a fresh directory, removed with it at ``stop()``."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.workdir = Path(tempfile.mkdtemp(prefix="redis-"))
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_until_answers(self.ping, self.process, f"redis-server on port {self.port}")
+        except BaseException as exc:  # never leave redis-server running
+            log = self.log()
+            self.stop()
+            raise LaunchError(f"{exc}: {log[-3000:]}") from None
+
+    @property
+    def url(self) -> str:
+        """For redis-py and Huey (``ATTENTION_QUEUE_URL``): database 0."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def ping(self) -> bool:
+        """Whether the server answers PING with PONG now (RESP's inline form, over a plain socket)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:  # not listening yet
+            return False
+
+    def log(self) -> str:
+        path = self.workdir / "redis.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        end(self.process, signal.SIGTERM)  # redis-server saves nothing (--save ''), then exits
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_available() -> bool:
+    return bool(shutil.which("redis-server") or Path("/usr/bin/redis-server").exists())
+
+
 def in_ci() -> bool:
     """Whether this runs in CI (CI set to anything but empty, 0 or false; .ci/run sets CI=true): there, tests
-    that need a tool the CI installs (nginx, chromium) fail when it is missing instead of skipping."""
+    that need a tool the CI installs (nginx, chromium, redis-server) fail when it is missing instead of skipping."""
     return os.environ.get("CI", "").lower() not in ("", "0", "false")
 

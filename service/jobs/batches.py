@@ -60,7 +60,7 @@ def cancel(jobs: Jobs, owner: str, batch_id: str) -> dict[str, Any]:
     if batch["status"] in ENDED:
         raise files.Conflict(f"The batch is {batch['status']}: only an unfinished batch can be cancelled.")
     jobs.store.claim(keys.event(batch_id, "cancel"), {"at": int(time.time())})
-    reaping.settle(jobs, batch_id)  # finished at once when no worker holds any of it
+    reaping.settle(jobs, batch_id)  # finished at once when it is validated and no worker holds a chunk
     return get(jobs, owner, batch_id)
 
 

@@ -58,13 +58,13 @@ class Bodies:
         return size
 
     def concatenate(self, path: Path, parts: Iterable[Path], tail: bytes = b"") -> int:
-        """The ``parts`` (that exist) one after another, then ``tail``, written to ``path`` atomically; its size."""
+        """The ``parts`` one after another, then ``tail``, written to ``path`` atomically; its size. A part that is
+        missing is a FileNotFoundError, and ``path`` is left as it was."""
         path.parent.mkdir(parents=True, exist_ok=True)
         with _Atomic(path) as out:
             for part in parts:
-                if part.exists():
-                    with part.open("rb") as source:
-                        shutil.copyfileobj(source, out, BLOCK)
+                with part.open("rb") as source:
+                    shutil.copyfileobj(source, out, BLOCK)
             out.write(tail)
             return out.tell()
 

@@ -15,8 +15,9 @@ from service.jobs import finishing, keys, leases
 from service.jobs.endpoints import endpoints
 from service.jobs.queue import Jobs
 from service.operations import answers
-from service.operations.jsontext import dumps, json_depth
-from service.problems import Problem, ValidationProblem, problem_members
+from service.operations.jsontext import check_depth, dumps
+from service.operations.registry import BATCH_OPERATIONS
+from service.problems import Problem, invalid, problem_members
 
 
 def run(jobs: Jobs, batch_id: str, index: int) -> None:
@@ -46,10 +47,11 @@ def _answer(jobs: Jobs, batch_id: str, endpoint: str, lines: list[bytes], first:
     op, path = endpoints()[endpoint]
     numbered = [(first + offset, line) for offset, line in enumerate(lines) if line.strip()]
     requests = [orjson.loads(line) for _, line in numbered]  # each parsed once already, when validated
-    outcomes: list[Any] = [_refused(jobs, line, request, path) for (_, line), request in zip(numbered, requests,
-                                                                                             strict=True)]
+    outcomes: list[Any] = [_refused(jobs, op, line, request.get("body"), path)
+                           for (_, line), request in zip(numbered, requests, strict=True)]
     open_items = [i for i, outcome in enumerate(outcomes) if outcome is None]
-    refused, sized = answers.size([(op, {**requests[i]["body"], **path}) for i in open_items], jobs.limits, _root)
+    refused, sized = answers.size([(op, _with_path(requests[i].get("body"), path)) for i in open_items], jobs.limits,
+                                  _root)
     for position, problem in enumerate(refused):
         outcomes[open_items[position]] = problem
     for run_ in answers.budgets(sized, jobs.limits.max_batch_elements):
@@ -74,19 +76,21 @@ def _root(index: int) -> tuple[str | int, ...]:
     return ()  # pointers relative to the line's body, as its endpoint would answer them
 
 
-def _refused(jobs: Jobs, line: bytes, request: dict[str, Any], path: dict[str, Any]) -> Problem | None:
-    """What the endpoint refuses before its schema looks: a body that is not an object, nested past
-    max_json_depth, or naming a path parameter (the url gives it)."""
-    body = request.get("body")
-    if not isinstance(body, dict):
-        return ValidationProblem.at("", "body must be a JSON object: the request body of the endpoint.")
-    limits = jobs.limits
-    if line.count(b"[") + line.count(b"{") > limits.max_json_depth + 1:  # the line's object wraps the body
+def _refused(jobs: Jobs, op: str, line: bytes, body: Any, path: dict[str, Any]) -> Problem | None:
+    """What the endpoint refuses before the batch item's schema could say it: a body nested past max_json_depth
+    (the body's own nesting, not the line's), or one naming a path parameter, which the url gives (the endpoint's
+    own schema has no such field: its problem is the one that schema gives). Any other body, an object or not, is
+    the item schema's to judge, with the endpoint's problem."""
+    if line.count(b"[") + line.count(b"{") > jobs.limits.max_json_depth:  # else the body cannot be that deep
         try:
-            limits.check("max_json_depth", json_depth(line) - 1, pointer="")
+            check_depth(orjson.dumps(body), jobs.limits)
         except Problem as problem:
             return problem
-    for name in path:
-        if name in body:
-            return ValidationProblem.at("/" + name, f"Unknown field: the url names the {name}.")
+    if isinstance(body, dict) and any(name in body for name in path):
+        return invalid(BATCH_OPERATIONS[op].request().validate(body))
     return None
+
+
+def _with_path(body: Any, path: dict[str, Any]) -> Any:
+    """The item's body with the url's parameters, as /v1/batch takes it (one that is no object: as it is)."""
+    return {**body, **path} if isinstance(body, dict) else body

@@ -57,8 +57,13 @@ def finish(jobs: Jobs, batch_id: str) -> None:
         bodies = jobs.bodies
         outputs = [bodies.chunk(batch_id, i, "out") for i in done_ones]
         errors = [bodies.chunk(batch_id, i, "err") for i in done_ones]
-        output = _file(jobs, record, output_id, "output", request_counts["completed"], outputs, b"")
-        error = _file(jobs, record, error_id, "errors", request_counts["failed"], errors, ended)
+        try:
+            output = _file(jobs, record, output_id, "output", request_counts["completed"], outputs, b"")
+            error = _file(jobs, record, error_id, "errors", request_counts["failed"], errors, ended)
+        except FileNotFoundError:  # a done chunk's results are gone: removed by a finisher that recorded done
+            if jobs.store.get(keys.event(batch_id, "done")) is not None:
+                return  # its files stand, whole; a concatenation without those results would have replaced them
+            raise
         jobs.store.claim(keys.event(batch_id, "done"), {
             "status": final["status"], "at": int(time.time()), "output_file_id": output, "error_file_id": error,
             "request_counts": request_counts})

@@ -86,8 +86,9 @@ def settle(jobs: Jobs, batch_id: str, pending: set[tuple[Any, ...]] | None = Non
         counts = jobs.store.get_many([keys.chunk(batch_id, i) for i in chunks])
         units = [unit for unit, count in zip(units, counts, strict=True) if count is None]
     held = jobs.store.get_many([keys.lease(batch_id, unit) for unit in units])
-    if final is None and (cancel is not None or now >= record["expires_at"]):
-        # A running validation holds it too: finishing before its chunks are recorded would list none of its items.
+    # Stopping waits for the validation (its lines are what get the batch_cancelled / batch_expired lines: every
+    # custom_id once), then for the chunks in workers' hands.
+    if final is None and validated is not None and (cancel is not None or now >= record["expires_at"]):
         if not any(leases.live(lease, now) for lease in held):
             finishing.claim(jobs, batch_id, "cancelled" if cancel is not None else "expired")
         return False

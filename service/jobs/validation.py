@@ -28,10 +28,7 @@ def validate(jobs: Jobs, batch_id: str) -> None:
     if record is None:
         return
     with leases.held(jobs, batch_id, "validate"):
-        # Read under the lease, which the reaper waits for: a batch cancelled or expired before this began is
-        # finished unread (none of it ran), and one stopped from now on is finished once its chunks are known.
-        validated, final = jobs.store.get_many([keys.event(batch_id, "validated"), keys.event(batch_id, "final")])
-        if validated is None and final is None:
+        if jobs.store.get(keys.event(batch_id, "validated")) is None:
             with jobs.bodies.path(record["input_file_id"]).open("rb") as source:
                 errors, chunks = _read(source, record["endpoint"], jobs)
             if errors:
@@ -67,7 +64,8 @@ def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, A
         if problem := _check(line, number, endpoint, seen):
             errors.append(problem)
         elif not errors:
-            if chunks and chunks[-1][3] < size:
+            # A chunk is at most chunk_items lines and at most a /v1/batch body's bytes: what a worker holds at once.
+            if chunks and chunks[-1][3] < size and offset + len(line) - chunks[-1][0] <= limits.max_body_bytes:
                 chunks[-1][1] = offset + len(line) - chunks[-1][0]
                 chunks[-1][3] += 1
             else:
@@ -82,7 +80,7 @@ def _lines(source: BinaryIO, maximum: int) -> Iterator[tuple[int, int, bytes | N
     end without holding it)."""
     number, offset = 0, 0
     while True:
-        line = source.readline(maximum + 1)
+        line = source.readline(maximum + 2)  # its bytes and its "\r\n": one more says it is too long
         if not line:
             return
         number += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 # A worker is one BLAS thread, as a web worker: the processes are the parallelism. Set before numpy is imported.
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one consumer until it is signalled (``--help``: this module's text)."""
     argparse.ArgumentParser(prog="attention-worker", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    # Until Huey's consumer takes the signals over: a SIGINT during start-up (a quick stop) exits cleanly.
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     logging.basicConfig(level=os.environ.get("ATTENTION_WORKER_LOGLEVEL", "INFO").upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     from service.jobs import queue, reaping

@@ -1,4 +1,5 @@
-"""Fixtures for the live tests (real gunicorn, nginx, Chromium): servers from tests/harness.py, always stopped."""
+"""Fixtures for the live tests (real gunicorn, nginx, redis-server, Chromium): servers from tests/harness.py, always
+stopped."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.harness import GUNICORN, Gunicorn, LaunchError, in_ci, nginx_available
+from tests.harness import GUNICORN, Gunicorn, LaunchError, RedisServer, in_ci, nginx_available, redis_available
 
 LIVE_BODY_LIMIT = 2**20  # small, so the 413 tests over real HTTP stay cheap
 
@@ -30,6 +31,20 @@ def live_server() -> Iterator[str]:
     """Base URL of a real gunicorn (2 workers, max_body_bytes 1 MiB) shared by the session (v2 tests)."""
     with gunicorn_server(WEB_CONCURRENCY="2", ATTENTION_MAX_BODY_BYTES=str(LIVE_BODY_LIMIT)) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """URL of a fresh redis-server on a free loopback port, one per test module (its queues start empty), always
+    stopped. Skipped, saying why, where redis-server is not installed; in CI that is a failure."""
+    if not redis_available():
+        why = "redis-server not installed (apt-get install -y redis-server); CI installs it"
+        (pytest.fail if in_ci() else pytest.skip)(why)
+    try:
+        with RedisServer() as server:
+            yield server.url
+    except LaunchError as error:
+        pytest.fail(str(error))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -6,14 +6,13 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
 from tests.conftest import ROOT
-from tests.harness import Gunicorn, children, requests_total, wait_for
+from tests.harness import Gunicorn, children, new_masters, requests_total, stop_master, wait_for
 from tests.live.conftest import gunicorn_server
 
 
@@ -137,30 +136,6 @@ def _children(pid: int) -> list[int]:
     return []
 
 
-def _new_masters(old: Gunicorn) -> list[int]:
-    """The masters an upgrade in place (USR2) started: the old master's children told GUNICORN_PID."""
-    found = []
-    for pid in _children(old.pid):
-        with contextlib.suppress(FileNotFoundError):
-            if b"GUNICORN_PID=" in Path(f"/proc/{pid}/environ").read_bytes():
-                found.append(pid)
-    return found
-
-
-def _exited(pid: int) -> bool:
-    """Whether ``pid`` has exited: gone, or a zombie its parent has not reaped (this test, an init that never does)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between the open and the read (ESRCH)
-        return True
-
-
-def _stop(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: _exited(pid), 30, f"{pid}'s exit")
-
-
 @pytest.mark.parametrize(("named", "reloaded", "kept"),
                          [(False, True, "new"), (True, False, "new"), (True, False, "old")],
                          ids=["own directory, reloaded first", "named directory", "named directory, rolled back"])
@@ -187,11 +162,11 @@ def test_an_upgrade_in_place_keeps_requests_and_metrics_working(tmp_path, named,
         masters: list[int] = []
         try:
             os.kill(server.pid, signal.SIGUSR2)
-            masters += wait_for(lambda: [pid for pid in _new_masters(server) if len(_children(pid)) == 2], 30,
+            masters += wait_for(lambda: [pid for pid in new_masters(server.pid) if len(_children(pid)) == 2], 30,
                                 "the new master and its workers")
             answer(5)  # both masters' workers accept now
             survivor = masters[0] if kept == "new" else server.pid
-            _stop(server.pid if kept == "new" else masters[0])
+            stop_master(server.pid if kept == "new" else masters[0])
             answer(5)
             recycled = _children(survivor)
             for worker in recycled:  # as max_requests does: the new workers open their metrics files anew
@@ -201,8 +176,8 @@ def test_an_upgrade_in_place_keeps_requests_and_metrics_working(tmp_path, named,
             total = requests_total(server, "/v1/limits")
             assert total == 20 if named else total >= 10  # a named directory's counts go on, whichever master stays
         finally:  # never leave a new master serving the port, whatever failed
-            for pid in {*masters, *_new_masters(server)}:
-                _stop(pid)
+            for pid in {*masters, *new_masters(server.pid)}:
+                stop_master(pid)
     assert list((tmp_path / "tmp").iterdir()) == []  # each master removed its own directory
     if named:
         assert list((tmp_path / "metrics").glob("*.db")) == []  # the last master out emptied it

@@ -7,12 +7,13 @@ from typing import Any
 from flask import request, send_file
 
 from schemas.jobs import FILE_EXAMPLE, FileDeleted, FileList, FileListQuery, FileObject, UploadQuery, list_example
+from schemas.problem import Problem
 from service.edge.context import current_jobs
 from service.edge.security import owner
 from service.edge.smorest import Blueprint
 from service.edge.v1.uploads import Upload
 from service.jobs import files
-from service.problems import ValidationProblem
+from service.problems import PROBLEM_JSON, ValidationProblem
 
 NDJSON = "application/x-ndjson"
 blp = Blueprint("files", __name__, url_prefix="/v1", description="Files for batch jobs (OpenAI's Files API).")
@@ -28,7 +29,9 @@ FORM = {"required": True, "content": {"multipart/form-data": {
 @blp.arguments(UploadQuery, location="query")
 @blp.doc(requestBody=FORM)
 @blp.response(200, FileObject, dump=False, example=FILE_EXAMPLE)
-@blp.documents(400, 413, 415, 422)
+@blp.alt_response(413, schema=Problem, content_type=PROBLEM_JSON,
+                  description="The file is larger than max_file_bytes (see GET /v1/limits); nothing was kept.")
+@blp.documents(400, 415, 422)
 def upload(query: dict[str, Any]) -> dict[str, Any]:
     """Upload a file of requests.
 
@@ -84,7 +87,8 @@ def delete_file(file_id: str) -> dict[str, Any]:
 
 
 @blp.route("/files/<file_id>/content", methods=["GET"])
-@blp.response(200, content_type=NDJSON, description="The file as it was stored (ranges allowed).")
+@blp.doc(responses={"200": {"description": "The file as it was stored (ranges allowed).",
+                             "content": {NDJSON: {"schema": {"type": "string"}}}}})
 @blp.documents(404)
 def file_content(file_id: str) -> Any:
     """A file's content.

@@ -29,7 +29,7 @@ class Upload:
         self.request, self.maximum = request, maximum
         self.form = request.mimetype == "multipart/form-data"
         self.fields: dict[str, str] = {}
-        self.filename: str | None = None if self.form else "input.jsonl"
+        self.filename: str | None = None  # the form's file part names it; a raw body's is the query's
         length = get_content_length(request.environ)
         if length is not None and length > maximum + (FORM_EXTRA if self.form else 0):
             raise FileTooLarge(length, maximum)  # before a byte is read
@@ -62,9 +62,10 @@ class Upload:
         while True:
             try:
                 event = decoder.next_event()
-            except ValueError as error:  # werkzeug's: data needed past the last block, or a part with no name
-                reason = "ended before its closing boundary" if decoder.complete else f"is malformed ({error})"
-                raise BadRequest(f"The multipart/form-data body {reason}.") from None
+            except ValueError as error:  # werkzeug's word for a form that ends before its closing boundary (it
+                # never asks for more data once told the body ended) or a part without its Content-Disposition
+                raise BadRequest("The multipart/form-data body ended before its closing boundary or is malformed "
+                                 f"({str(error)[:200]}).") from None
             if event is NEED_DATA:
                 decoder.receive_data(next(blocks, None))
             elif isinstance(event, File):

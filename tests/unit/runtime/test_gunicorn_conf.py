@@ -1,5 +1,6 @@
 """service/gunicorn.conf.py read without starting gunicorn: its settings from the environment, the malloc hooks,
-the master's fold of exited workers' metrics files (real servers: tests/live/test_gunicorn.py)."""
+the master's fold of exited workers' metrics files, the job workers' count (real servers: tests/live/test_gunicorn.py,
+tests/live/test_embedded_workers.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import threading
 from types import SimpleNamespace
 
+import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from service.runtime import cpus, metrics
@@ -114,3 +116,18 @@ def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(monkeyp
     conf["child_exit"](SimpleNamespace(log=logging.getLogger("gunicorn.error")), worker)
     assert "could not tidy" in caplog.text
     assert exited.exists() and not (tmp_path / "histogram_exited.db").exists()  # still counted, once
+
+
+def test_job_workers_are_one_by_default_and_a_bad_count_stops_the_config_load(monkeypatch):
+    assert load_conf(monkeypatch)["_jobs"].count == 1
+    assert load_conf(monkeypatch, ATTENTION_EMBEDDED_WORKERS="0")["_jobs"].count == 0
+    with pytest.raises(ValueError, match="ATTENTION_EMBEDDED_WORKERS"):
+        load_conf(monkeypatch, ATTENTION_EMBEDDED_WORKERS="two")
+
+
+def test_at_exit_the_job_workers_stop_and_then_the_metrics_directory_goes(monkeypatch):
+    conf = load_conf(monkeypatch, ATTENTION_EMBEDDED_WORKERS="0")
+    assert conf["when_ready"] == conf["_jobs"].when_ready
+    server = SimpleNamespace(log=logging.getLogger("gunicorn.error"), master_pid=0, reexec_pid=0)
+    conf["on_exit"](server)  # no workers to stop; then the metrics hook removes this master's own directory
+    assert not os.path.exists(conf["metrics_dir"])
