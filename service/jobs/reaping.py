@@ -3,14 +3,16 @@ finishes batches that are cancelled or past their window once no chunk is in a w
 past their retention that no unfinished batch needs.
 
 It is a task that schedules itself again (Huey's crontab is minute-grained). One chain runs: it carries a token,
-and a run whose token is no longer the stored one stops. Every worker at its start, and every new batch, starts a
-new chain when the stored one has not beaten for three intervals (its worker died mid-run, or the queue was idle
-and nobody asked).
+and a run whose token is no longer the stored one stops. Every new batch, and every worker at its start and then
+each interval (:func:`watch`), starts a new chain when the stored one has not beaten for three intervals (its
+worker died mid-run, or the queue was idle and nobody asked).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
+import threading
 import time
 from typing import Any
 
@@ -27,6 +29,23 @@ def ensure(jobs: Jobs) -> None:
         token = secrets.token_hex(8)
         jobs.store.put(keys.REAPER, {"token": token, "at": time.time()})
         jobs.tasks.reap(token)
+
+
+def watch(jobs: Jobs) -> None:
+    """:func:`ensure` now, then every interval from a thread of this worker's, for as long as it runs. The chain is
+    a Huey task, so it dies with a worker killed while running it; without it no lost chunk is queued again and no
+    cancel or expiry is finished, however many workers live on."""
+    ensure(jobs)
+
+    def look() -> None:
+        while True:
+            time.sleep(jobs.settings.reap_seconds)
+            try:
+                ensure(jobs)
+            except Exception:  # the queue out of reach for a moment: the next look tries again
+                logging.getLogger(__name__).exception("could not look at the reaper's beat")
+
+    threading.Thread(target=look, name="reaper-watch", daemon=True).start()
 
 
 def chain(jobs: Jobs, token: str) -> None:

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     catalogue.install(catalogue.from_env())  # the model endpoint's items need the served models, as the API does
     jobs = queue.current()
-    reaping.ensure(jobs)
+    reaping.watch(jobs)
     consumer = jobs.huey.create_consumer(workers=1, periodic=False, initial_delay=0.05, backoff=1.5,
                                          max_delay=POLL_SECONDS, scheduler_interval=1)
     consumer.run()
