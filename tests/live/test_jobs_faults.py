@@ -137,7 +137,10 @@ def test_a_window_that_runs_out_expires_the_batch(env):
         wait_for(lambda: time.time() > unread["expires_at"] + 0.1, 5, "the window's end")
         with Worker(env) as one, Worker(env) as other:
             one.ready(), other.ready()
-            late = create(server, file_id, ENCODER)  # read, then expired with some chunks done or none
+            # read, then expired with some chunks done or none: three times the items, so that on a quiet machine
+            # two workers do not finish it inside the second (a 2,400-item one did once)
+            late_content, late_ids = seeded(3 * ITEMS, body=SLOW, url=ENCODER)
+            late = create(server, upload(server, late_content)["id"], ENCODER)
             unread = wait_batch(server, unread["id"], ended, 30)
             finished = wait_batch(server, late["id"], ended, 60)
         # Read first (each of its requests gets its error line), then expired whole: no chunk starts past the window.
@@ -145,6 +148,6 @@ def test_a_window_that_runs_out_expires_the_batch(env):
         _, errors = results(server, unread, ids)
         assert {line["error"]["code"] for line in errors.values()} == {"batch_expired"}
         assert finished["status"] == "expired" and finished["expired_at"] and finished["in_progress_at"], finished
-        output, errors = results(server, finished, ids)
-        assert len(output) < ITEMS and {line["error"]["code"] for line in errors.values()} == {"batch_expired"}
-        assert_answers(output, expected(server, {i: ids[i] for i in output}, SLOW, ENCODER))
+        output, errors = results(server, finished, late_ids)
+        assert len(output) < 3 * ITEMS and {line["error"]["code"] for line in errors.values()} == {"batch_expired"}
+        assert_answers(output, expected(server, {i: late_ids[i] for i in output}, SLOW, ENCODER))
