@@ -160,7 +160,7 @@ class JobsCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             found = census.counts(self.jobs())
-        except census.UNREACHABLE as error:
+        except census.unreachable() as error:
             logging.getLogger(__name__).warning("the batch jobs' store did not answer the census: %s", error)
             yield GaugeMetricFamily("batch_store_up", STORE_UP, value=0)
             return

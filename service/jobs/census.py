@@ -10,15 +10,18 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
-
 from schemas.jobs import STATUSES
 from service.jobs import batches
 from service.jobs.queue import Jobs
 
+
 # What a store that cannot be reached raises: Redis down or unreachable, SQLite's file locked past its timeout or
 # unreadable, ATTENTION_DATA_DIR not writable (the queue is opened on first use).
-UNREACHABLE = (RedisError, sqlite3.Error, OSError)
+def unreachable() -> tuple[type[Exception], ...]:
+    """What a store that does not answer raises (redis-py imported only then: ~8 MB a web worker otherwise)."""
+    from redis.exceptions import RedisError
+
+    return (RedisError, sqlite3.Error, OSError)
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Census:
 
 
 def counts(jobs: Jobs) -> Census:
-    """The census of ``jobs``' store now (raises one of :data:`UNREACHABLE` when the store does not answer)."""
+    """The census of ``jobs``' store now (raises one of :func:`unreachable` when the store does not answer)."""
     statuses = dict.fromkeys(STATUSES, 0)
     requests = {"completed": 0, "failed": 0}
     for batch in batches.describe_many(jobs, [record for _, record in jobs.store.scan("batch:")]):
