@@ -82,6 +82,19 @@ def describe_many(jobs: Jobs, records: list[dict[str, Any]]) -> list[dict[str, A
             for record, happened, n in zip(records, events, chunks, strict=True)]
 
 
+def _status(validated: Any, failed: Any, cancel: Any, final: Any, done: Any) -> str:
+    """The batch's status from what has happened to it, the latest event first."""
+    if done is not None:
+        return done["status"]
+    if failed is not None:
+        return "failed"
+    if final is not None and final["status"] == "completed":
+        return "finalizing"
+    if cancel is not None:
+        return "cancelling"
+    return "in_progress" if validated is not None else "validating"
+
+
 def _batch_object(record: dict[str, Any], validated: Any, failed: Any, cancel: Any, final: Any, done: Any,
                   chunk_counts: list[Any]) -> dict[str, Any]:
     batch_id = record["id"]
@@ -95,8 +108,7 @@ def _batch_object(record: dict[str, Any], validated: Any, failed: Any, cancel: A
                 counts["completed"] += count["completed"]
                 counts["failed"] += count["failed"]
     ending = done["status"] if done else None
-    status = (ending or ("failed" if failed else None) or ("finalizing" if final and final["status"] == "completed"
-              else None) or ("cancelling" if cancel else None) or ("in_progress" if validated else "validating"))
+    status = _status(validated, failed, cancel, final, done)
     return {
         "id": batch_id, "object": "batch", "endpoint": record["endpoint"],
         "errors": {"object": "list", "data": failed["errors"]} if failed else None,

@@ -74,6 +74,13 @@ class Bodies:
             body.seek(offset)
             return body.read(length)
 
+    def lines(self, file_id: str, chunk: list[int]) -> list[tuple[int, bytes]]:
+        """``(line number, line)`` of each request of a chunk ``[offset, length, first line, requests]`` of the
+        file ``file_id`` (service.jobs.validation): blank lines skipped, still counted."""
+        offset, length, first, _ = chunk
+        return [(first + i, line) for i, line in enumerate(self.read_range(file_id, offset, length).split(b"\n"))
+                if line.strip()]
+
     def remove(self, file_id: str) -> None:
         """The body of ``file_id`` gone (if it was there)."""
         self.path(file_id).unlink(missing_ok=True)

@@ -31,21 +31,19 @@ def run(jobs: Jobs, batch_id: str, index: int) -> None:
     if cancel is not None or final is not None or time.time() >= record["expires_at"]:
         jobs.store.delete([keys.lease(batch_id, str(index))])  # not run: nothing to reap
         return
-    offset, length, first, _ = validated["chunks"][index]
     with leases.held(jobs, batch_id, str(index)):
-        lines = jobs.bodies.read_range(record["input_file_id"], offset, length).split(b"\n")
-        out, err = _answer(jobs, batch_id, record["endpoint"], lines, first)
+        numbered = jobs.bodies.lines(record["input_file_id"], validated["chunks"][index])
+        out, err = _answer(jobs, batch_id, record["endpoint"], numbered)
         jobs.bodies.write(jobs.bodies.chunk(batch_id, index, "out"), out)
         jobs.bodies.write(jobs.bodies.chunk(batch_id, index, "err"), err)
         jobs.store.claim(keys.chunk(batch_id, index), {"completed": len(out), "failed": len(err)})
     finishing.complete_if_done(jobs, batch_id)
 
 
-def _answer(jobs: Jobs, batch_id: str, endpoint: str, lines: list[bytes], first: int) -> tuple[list[bytes],
-                                                                                                 list[bytes]]:
-    """The output lines and the error lines of ``lines`` (numbered from ``first``; blank ones skipped)."""
+def _answer(jobs: Jobs, batch_id: str, endpoint: str, numbered: list[tuple[int, bytes]]) -> tuple[list[bytes],
+                                                                                                  list[bytes]]:
+    """The output lines and the error lines of the requests ``numbered`` (line number, line)."""
     op, path = endpoints()[endpoint]
-    numbered = [(first + offset, line) for offset, line in enumerate(lines) if line.strip()]
     requests = [orjson.loads(line) for _, line in numbered]  # each parsed once already, when validated
     outcomes: list[Any] = [_refused(jobs, op, line, request.get("body"), path)
                            for (_, line), request in zip(numbered, requests, strict=True)]
@@ -57,16 +55,15 @@ def _answer(jobs: Jobs, batch_id: str, endpoint: str, lines: list[bytes], first:
     for run_ in answers.budgets(sized, jobs.limits.max_batch_elements):
         for position, answer in answers.compute(run_, jobs.limits, _root):
             outcomes[open_items[position]] = answer
-    token = batch_id.removeprefix("batch_")
     out, err = [], []
     for (number, _), request, outcome in zip(numbered, requests, outcomes, strict=True):
-        request_id = f"req_{token}_{number}"
+        line_id, request_id = keys.request_ids(batch_id, number)
         if isinstance(outcome, Problem):
             body = {**problem_members(outcome), "request_id": request_id}
             response = {"status_code": body["status"], "request_id": request_id, "body": body}
         else:
             response = {"status_code": 200, "request_id": request_id, "body": outcome}
-        line = {"id": f"batch_req_{token}_{number}", "custom_id": request["custom_id"], "response": response,
+        line = {"id": line_id, "custom_id": request["custom_id"], "response": response,
                 "error": None}
         (err if isinstance(outcome, Problem) else out).append(dumps(line) + b"\n")
     return out, err

@@ -88,10 +88,7 @@ def _file(jobs: Jobs, record: dict[str, Any], file_id: str, kind: str, lines: in
 def _ended(jobs: Jobs, record: dict[str, Any], chunk: list[int], status: str) -> bytes:
     """An error line for each request of a chunk that was never done, in a batch ``status`` (cancelled, expired)."""
     code, message = ENDING[status]
-    offset, length, first, _ = chunk
-    token = record["id"].removeprefix("batch_")
-    lines = jobs.bodies.read_range(record["input_file_id"], offset, length).split(b"\n")
     return b"".join(
-        dumps({"id": f"batch_req_{token}_{first + i}", "custom_id": orjson.loads(line)["custom_id"],
+        dumps({"id": keys.request_ids(record["id"], number)[0], "custom_id": orjson.loads(line)["custom_id"],
                "response": None, "error": {"code": code, "message": message}}) + b"\n"
-        for i, line in enumerate(lines) if line.strip())
+        for number, line in jobs.bodies.lines(record["input_file_id"], chunk))

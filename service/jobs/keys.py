@@ -40,4 +40,11 @@ def output_files(batch_id: str) -> tuple[str, str]:
     return f"file-{token}out", f"file-{token}err"
 
 
+def request_ids(batch_id: str, line: int) -> tuple[str, str]:
+    """The ``id`` and the ``request_id`` of the output or error line of the request on ``line``: fixed, so a chunk
+    computed twice writes the same lines."""
+    token = batch_id.removeprefix("batch_")
+    return f"batch_req_{token}_{line}", f"req_{token}_{line}"
+
+
 REAPER = "reaper"  # the reaper chain's token and last beat

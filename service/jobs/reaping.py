@@ -19,8 +19,6 @@ from typing import Any
 from service.jobs import finishing, keys, leases
 from service.jobs.queue import Jobs
 
-TERMINAL = ("done", "failed")
-
 
 def ensure(jobs: Jobs) -> None:
     """Start a reaper chain unless one is beating."""

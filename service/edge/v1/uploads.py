@@ -36,7 +36,7 @@ class Upload:
 
     def blocks(self) -> Iterator[bytes]:
         """The file's bytes, block by block."""
-        return self._form() if self.form else self._raw()
+        return self._form() if self.form else self._read()
 
     def _read(self) -> Iterator[bytes]:
         """The body in blocks, at most the limit (plus a form's overhead): a chunked body has no length to judge."""
@@ -49,9 +49,6 @@ class Upload:
                 yield block
         except (ParseException, OSError) as exc:  # bad chunk framing, a connection broken mid-body
             raise BadRequest(f"The body could not be read: {type(exc).__name__} ({str(exc)[:200]}).") from None
-
-    def _raw(self) -> Iterator[bytes]:
-        yield from self._read()
 
     def _form(self) -> Iterator[bytes]:
         boundary = self.request.mimetype_params.get("boundary", "").encode("latin-1", "replace")
