@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import requests
 
+from tests.close import assert_close
 from tests.harness import ROOT, START_TIMEOUT
 
 MHA = "/v1/multi-head-attention"
@@ -224,21 +224,3 @@ def assert_answers(output: dict[str, Any], expected: Mapping[str, Any]) -> None:
         assert line["error"] is None and line["response"]["status_code"] == 200, line
         assert_close(line["response"]["body"], expected[custom_id], custom_id)
 
-
-def assert_close(got: Any, want: Any, where: str) -> None:
-    """``got`` equals ``want`` (parsed JSON), numbers to float rounding, everything else exactly."""
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and got.keys() == want.keys(), where
-        for key in want:
-            assert_close(got[key], want[key], f"{where}/{key}")
-    elif isinstance(want, list) and want and not isinstance(want[0], (dict, str)):
-        np.testing.assert_allclose(np.asarray(got, float), np.asarray(want, float), rtol=1e-9, atol=1e-12,
-                                   err_msg=where)
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), where
-        for i, (left, right) in enumerate(zip(got, want, strict=True)):
-            assert_close(left, right, f"{where}/{i}")
-    elif isinstance(want, float):
-        assert np.isclose(got, want, rtol=1e-9, atol=1e-12), where
-    else:
-        assert got == want, where

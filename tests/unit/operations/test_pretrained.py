@@ -11,6 +11,7 @@ from service.operations import catalogue, pretrained, sizes
 from service.operations.limits import Limits
 from service.operations.registry import BATCH_OPERATIONS
 from service.problems import LimitExceeded, ValidationProblem
+from tests.close import FLOAT32
 
 MODEL = catalogue.DEFAULT_NAME
 
@@ -80,9 +81,10 @@ def test_a_group_is_one_engine_call_equal_to_each_item_alone(monkeypatch):
     for item, answer in zip(items, together, strict=True):
         alone = pretrained.compute(item, Limits())
         assert answer["tokens"] == alone["tokens"] and answer["token_ids"] == alone["token_ids"]
-        np.testing.assert_array_equal(answer["output"], alone["output"])
-        np.testing.assert_array_equal(np.stack(answer["hidden_states"]), np.stack(alone["hidden_states"]))
+        # equal to float32's last places: the kernel's sums differ between a batch's shapes and one sentence's
+        np.testing.assert_allclose(answer["output"], alone["output"], **FLOAT32)
+        np.testing.assert_allclose(np.stack(answer["hidden_states"]), np.stack(alone["hidden_states"]), **FLOAT32)
         for ours, theirs in zip(answer["layers"], alone["layers"], strict=True):
             assert ours["layer"] == theirs["layer"] and ours["heads"] == theirs["heads"] == [2, 11]
-            np.testing.assert_array_equal(ours["weights"], theirs["weights"])
+            np.testing.assert_allclose(ours["weights"], theirs["weights"], **FLOAT32)
     assert calls == [(3, 5), (1, 5), (1, 5), (1, 5)]

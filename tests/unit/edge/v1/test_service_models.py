@@ -15,6 +15,7 @@ import attention
 from service.edge import create_app
 from service.operations import catalogue
 from service.operations.limits import Limits
+from tests.close import FLOAT32, assert_close
 from tests.conftest import assert_problem
 from tests.unit.engine.reference import TOLERANCE, max_difference, run_reference
 from tests.unit.operations.test_heatmap import SVG_NS, cells, parse
@@ -175,7 +176,8 @@ def test_trace_gives_every_stage_per_head_consistent_with_the_answer(client, dty
         for name in ("q", "k", "v"):
             assert stages[name].shape == (2, n, 32)                               # (h_sel, n, d_k)
         np.testing.assert_allclose(stages["scores"], stages["q"] @ stages["k"].transpose(0, 2, 1), atol=1e-4)
-        np.testing.assert_allclose(stages["scaled_scores"], stages["scores"] / np.sqrt(32), atol=tolerance)
+        np.testing.assert_allclose(stages["scaled_scores"], stages["scores"] / np.sqrt(32), rtol=tolerance,
+                                   atol=tolerance)
         np.testing.assert_array_equal(stages["masked_scores"], stages["scaled_scores"])  # no padding, no mask
         np.testing.assert_allclose(stages["weights"], layer["weights"], atol=0)
         expected = np.asarray(plain["layers"][index]["weights"])[[2, 9]]
@@ -338,7 +340,10 @@ def test_batch_items_equal_the_single_endpoint_and_one_length_is_one_engine_call
     assert sorted(engine_calls) == [1, 1, 1, 3]  # the three of 5 tokens and the same options in ONE call
     for body, item in zip(bodies, answers, strict=True):
         single = {key: value for key, value in body.items() if key != "model"}
-        assert item["status"] == 200 and item["body"] == answer(client, single), item["id"]
+        assert item["status"] == 200, item["id"]
+        # one engine call for three sentences: the kernel's sums differ in float32's last places from each alone
+        assert_close(item["body"], answer(client, single), item["id"], **(FLOAT32 if "decimals" not in body else
+                                                                          {"rtol": 0, "atol": 1.000001e-3}))
 
 
 def test_a_bad_batch_item_fails_alone(client):
@@ -350,5 +355,5 @@ def test_a_bad_batch_item_fails_alone(client):
     assert [[error["pointer"] for error in item["error"]["errors"]] for item in answers[2:5]] == [
         ["/requests/2/body/layers/0"], ["/requests/3/body/text"], ["/requests/4/body/text"]]
     assert answers[3]["error"]["limit"]["name"] == "max_text_chars"
-    assert answers[0]["body"] == answer(client, {"text": "the dog ate", "layers": [0], "heads": [0]})
-    assert answers[5]["body"] == answer(client, {"text": "a cat sat", "layers": [0], "heads": [0]})
+    assert_close(answers[0]["body"], answer(client, {"text": "the dog ate", "layers": [0], "heads": [0]}), **FLOAT32)
+    assert_close(answers[5]["body"], answer(client, {"text": "a cat sat", "layers": [0], "heads": [0]}), **FLOAT32)

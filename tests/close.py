@@ -1,0 +1,46 @@
+"""Comparisons of computed answers that allow what the BLAS kernel decides: the last digits.
+
+OpenBLAS picks its kernel by processor (SkylakeX on one machine, Haswell, forced by OPENBLAS_CORETYPE, on another),
+and a kernel's sums depend on the matrix shapes: a padded batch of three sentences and each sentence alone, or
+openapi.yaml's examples computed on one machine and the answers on another, differ by a few float32 units in the
+last place, and a value rounded to 3 decimals by one unit at most.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+FLOAT32 = {"rtol": 1e-5, "atol": 1e-5}  # a few float32 units in the last place (eps 1.2e-7) of values near 1
+EXAMPLE = {"rtol": 1e-5, "atol": 1.000001e-3}  # a documented answer, its numbers to 3 decimals (one unit apart)
+NUMBER = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
+
+
+def assert_close(got: Any, want: Any, where: str = "", rtol: float = 1e-9, atol: float = 1e-12) -> None:
+    """``got`` equals ``want`` (parsed JSON), numbers within ``rtol``/``atol``, everything else exactly."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), where
+        for key in want:
+            assert_close(got[key], want[key], f"{where}/{key}", rtol, atol)
+    elif isinstance(want, list) and want and not isinstance(want[0], (dict, str)):
+        np.testing.assert_allclose(np.asarray(got, float), np.asarray(want, float), rtol=rtol, atol=atol,
+                                   err_msg=where)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (left, right) in enumerate(zip(got, want, strict=True)):
+            assert_close(left, right, f"{where}/{i}", rtol, atol)
+    elif isinstance(want, float):
+        assert np.isclose(got, want, rtol=rtol, atol=atol), (where, got, want)
+    else:
+        assert got == want, where
+
+
+def assert_text_close(got: str, want: str, rtol: float = FLOAT32["rtol"]) -> None:
+    """``got`` is ``want`` letter for letter outside its decimal numbers, and each number within ``rtol`` or one
+    unit of its last printed decimal (an SVG's data-value, a YAML example's 3-decimal weight)."""
+    assert NUMBER.split(got) == NUMBER.split(want), "the texts differ outside their numbers"
+    for left, right in zip(NUMBER.findall(got), NUMBER.findall(want), strict=True):
+        unit = 10.0 ** -min(len(number.split(".")[1].split("e")[0].split("E")[0]) for number in (left, right))
+        assert abs(float(left) - float(right)) <= max(rtol * abs(float(right)), 1.000001 * unit), (left, right)
