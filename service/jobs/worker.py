@@ -20,7 +20,7 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 # Inherited from the API's gunicorn: the web workers' metrics folder is not this process's to write in.
 os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
-POLL_SECONDS = 0.25  # the longest an idle worker waits between looks at a SQLite queue: submit -> in_progress < 1 s
+POLL_SECONDS = 0.05  # the longest an idle worker waits between looks at a SQLite queue: a second worker joins in soon
 
 
 def main(argv: list[str] | None = None) -> int:
