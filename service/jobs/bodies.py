@@ -1,5 +1,9 @@
 """File bodies and chunk results on disk, under ATTENTION_DATA_DIR (shared by the API and every worker).
 
+An upload's body is one file under ``files/``. A batch's output and error files are the results its chunks wrote
+under ``batches/<id>/``, read one after another (:class:`Joined`): finishing a batch lists them, it copies nothing
+(a 10,000-item output is 23 MB, which a copy took 50-100 ms to write, every other result waiting).
+
 Everything is written to a temporary name in the same directory and renamed into place, so a reader never sees
 half a file and a chunk computed twice leaves one result (the second rename replaces the first, with the same
 lines).
@@ -7,13 +11,17 @@ lines).
 
 from __future__ import annotations
 
+import bisect
+import io
+import itertools
 import os
+import secrets
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-BLOCK = 1024 * 1024  # uploads are copied in 1 MiB blocks: bounded memory whatever the size
+BLOCK = 1024 * 1024  # files stream in (uploads) and out (downloads) in 1 MiB blocks: bounded memory whatever the size
 
 
 class TooLarge(Exception):
@@ -24,6 +32,7 @@ class Bodies:
     """The ``files/`` and ``batches/`` folders under ``root``."""
 
     def __init__(self, root: Path) -> None:
+        self.root = root
         self.files = root / "files"
         self.batches = root / "batches"
 
@@ -34,6 +43,10 @@ class Bodies:
     def chunk(self, batch_id: str, index: int, kind: str) -> Path:
         """Where chunk ``index`` of ``batch_id`` keeps its ``kind`` lines ("out" or "err")."""
         return self.batches / batch_id / f"{index}.{kind}"
+
+    def ended(self, batch_id: str) -> Path:
+        """A new name under ``batch_id`` for the error lines of the requests it never ran (cancelled, expired)."""
+        return self.batches / batch_id / f"ended-{secrets.token_hex(4)}.err"
 
     def save(self, file_id: str, blocks: Iterable[bytes], maximum: int) -> int:
         """``blocks`` (of an upload, as they arrive) written as the body of ``file_id``; its size. Past ``maximum``
@@ -57,16 +70,19 @@ class Bodies:
                 size += out.write(block)
         return size
 
-    def concatenate(self, path: Path, parts: Iterable[Path], tail: bytes = b"") -> int:
-        """The ``parts`` one after another, then ``tail``, written to ``path`` atomically; its size. A part that is
-        missing is a FileNotFoundError, and ``path`` is left as it was."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _Atomic(path) as out:
-            for part in parts:
-                with part.open("rb") as source:
-                    shutil.copyfileobj(source, out, BLOCK)
-            out.write(tail)
-            return out.tell()
+    def part(self, path: Path) -> str:
+        """The name of ``path`` (a chunk's result, an upload's body) in a file record's parts: relative to the data
+        folder, which each machine may mount elsewhere."""
+        return path.relative_to(self.root).as_posix()
+
+    def joined(self, parts: Sequence[tuple[str, int]]) -> Joined:
+        """The ``(part, bytes)`` of a file read as one body."""
+        return Joined([(self.root / name, size) for name, size in parts])
+
+    def remove_parts(self, parts: Iterable[tuple[str, int]]) -> None:
+        """The ``parts`` gone (those that were there)."""
+        for name, _ in parts:
+            (self.root / name).unlink(missing_ok=True)
 
     def read_range(self, file_id: str, offset: int, length: int) -> bytes:
         """``length`` bytes of the body of ``file_id`` from ``offset``."""
@@ -86,7 +102,7 @@ class Bodies:
         self.path(file_id).unlink(missing_ok=True)
 
     def remove_batch(self, batch_id: str) -> None:
-        """The chunk results of ``batch_id`` gone (once its files are assembled)."""
+        """Whatever is left of the chunk results of ``batch_id`` gone (its files are)."""
         shutil.rmtree(self.batches / batch_id, ignore_errors=True)
 
 
@@ -107,3 +123,54 @@ class _Atomic:
             os.replace(self.temporary, self.path)
         else:
             os.unlink(self.temporary)
+
+
+class Joined(io.RawIOBase):
+    """Files read one after another as one seekable body: a range request reads only the parts it asks for."""
+
+    def __init__(self, parts: Sequence[tuple[Path, int]]) -> None:
+        super().__init__()
+        self._paths = [path for path, _ in parts]
+        self._starts = list(itertools.accumulate((size for _, size in parts), initial=0))  # len(parts) + 1
+        self._position = 0
+        self._open: tuple[int, io.BufferedReader] | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._starts[-1]}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        """At most ``len(buffer)`` bytes from the part the position is in (0 at the end)."""
+        if self._position >= self._starts[-1] or not len(buffer):
+            return 0
+        index = bisect.bisect_right(self._starts, self._position) - 1  # the part holding the position
+        if self._open is None or self._open[0] != index:
+            self._close_part()
+            self._open = (index, self._paths[index].open("rb"))
+        part = self._open[1]
+        part.seek(self._position - self._starts[index])
+        wanted = min(len(buffer), self._starts[index + 1] - self._position)
+        read = part.readinto(memoryview(buffer)[:wanted])
+        if not read:
+            raise OSError(f"{self._paths[index]} is shorter than its record says")
+        self._position += read
+        return read
+
+    def close(self) -> None:
+        self._close_part()
+        super().close()
+
+    def _close_part(self) -> None:
+        if self._open is not None:
+            self._open[1].close()
+            self._open = None

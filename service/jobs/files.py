@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from service.jobs import keys
-from service.jobs.bodies import TooLarge
+from service.jobs.bodies import Joined, TooLarge
 from service.jobs.queue import Jobs
 from service.problems import TYPE_BASE, Problem
 
 NOT_FOUND = TYPE_BASE + "not-found"
 CONFLICT = TYPE_BASE + "conflict"
 LIMIT_EXCEEDED = TYPE_BASE + "limit-exceeded"
+PRIVATE = ("owner", "batch", "parts")  # a record's members the API never shows
 
 
 class NotFound(Problem):
@@ -58,17 +58,24 @@ def save(jobs: Jobs, blocks: Iterable[bytes]) -> tuple[str, int]:
 
 def record(jobs: Jobs, owner: str, file_id: str, size: int, filename: str, purpose: str) -> dict[str, Any]:
     """The record of a saved body: the file now exists; its public record."""
+    file = stored(jobs, file_id, size, filename, purpose, owner)
+    jobs.store.put(keys.file(file_id), file)
+    return public(file)
+
+
+def stored(jobs: Jobs, file_id: str, size: int, filename: str, purpose: str, owner: str,
+           **where: Any) -> dict[str, Any]:
+    """The record of a file made now. An upload's body is its own (service.jobs.bodies); a batch's output or
+    error file says ``where`` its body is: ``batch`` (its id) and ``parts`` (``[part, bytes]``, in order)."""
     now = int(time.time())
-    stored = {"id": file_id, "object": "file", "bytes": size, "created_at": now,
-              "expires_at": now + jobs.limits.file_retention_seconds, "filename": filename, "purpose": purpose,
-              "status": "processed", "owner": owner}
-    jobs.store.put(keys.file(file_id), stored)
-    return public(stored)
+    return {"id": file_id, "object": "file", "bytes": size, "created_at": now,
+            "expires_at": now + jobs.limits.file_retention_seconds, "filename": filename, "purpose": purpose,
+            "status": "processed", "owner": owner, **where}
 
 
 def public(record: dict[str, Any]) -> dict[str, Any]:
-    """A record as the API shows it (without its owner)."""
-    return {key: value for key, value in record.items() if key != "owner"}
+    """A record as the API shows it (without its owner or where its body is)."""
+    return {key: value for key, value in record.items() if key not in PRIVATE}
 
 
 def get(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
@@ -79,10 +86,10 @@ def get(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
     return record
 
 
-def content(jobs: Jobs, owner: str, file_id: str) -> Path:
-    """Where the body of ``file_id`` is (404 if there is none for this owner)."""
-    get(jobs, owner, file_id)
-    return jobs.bodies.path(file_id)
+def content(jobs: Jobs, owner: str, file_id: str) -> tuple[dict[str, Any], Joined]:
+    """The record of ``file_id`` and its body, open (404 if there is none for this owner)."""
+    file = get(jobs, owner, file_id)
+    return file, jobs.bodies.joined(_parts(jobs, file))
 
 
 def listing(jobs: Jobs, owner: str, limit: int, after: str | None, purpose: str | None) -> dict[str, Any]:
@@ -94,13 +101,27 @@ def listing(jobs: Jobs, owner: str, limit: int, after: str | None, purpose: str 
 
 def delete(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
     """Delete ``file_id`` (409 while an unfinished batch reads it)."""
-    get(jobs, owner, file_id)
+    record = get(jobs, owner, file_id)
     for _, batch in jobs.store.scan("batch:"):
         if batch["input_file_id"] == file_id and _unfinished(jobs, batch["id"]):
             raise Conflict(f"Batch {batch['id']} still reads this file: cancel it or wait until it ends.")
-    jobs.store.delete([keys.file(file_id)])
-    jobs.bodies.remove(file_id)
+    remove(jobs, record)
     return {"id": file_id, "object": "file", "deleted": True}
+
+
+def remove(jobs: Jobs, record: dict[str, Any]) -> None:
+    """The file of ``record`` gone, record and body; the last of a batch's two files takes what is left of its
+    chunks' results with it (a chunk late to a cancelled batch, empty results)."""
+    jobs.store.delete([keys.file(record["id"])])
+    jobs.bodies.remove_parts(_parts(jobs, record))
+    if "batch" in record and not any(jobs.store.get_many([keys.file(file_id) for file_id in
+                                                          keys.output_files(record["batch"])])):
+        jobs.bodies.remove_batch(record["batch"])
+
+
+def _parts(jobs: Jobs, record: dict[str, Any]) -> list[tuple[str, int]]:
+    """The ``(part, bytes)`` of a file's body: a batch file's recorded parts, an upload's one body."""
+    return record.get("parts") or [(jobs.bodies.part(jobs.bodies.path(record["id"])), record["bytes"])]
 
 
 def _unfinished(jobs: Jobs, batch_id: str) -> bool:

@@ -1,19 +1,20 @@
 """A batch finished: ``completed`` when every chunk is done, or ``cancelled`` / ``expired`` once no chunk is in a
-worker's hands. Whoever claims the batch's ``final`` record first finishes it (a claim: once, whatever the race);
-finishing assembles the output file from the done chunks' output lines, the error file from their error lines
-plus one ``batch_cancelled`` or ``batch_expired`` line per item of a chunk never done, then records ``done``.
-Finishing twice (its worker died, the reaper runs it again) writes the same files: their ids are the batch's.
+worker's hands. Whoever claims the batch's ``final`` record first finishes it (a claim: once, whatever the race).
+Finishing copies nothing: the output file is the done chunks' output lines where they lie, the error file their
+error lines plus one ``batch_cancelled`` or ``batch_expired`` line per item of a chunk never done (service.jobs.bodies
+reads the parts as one). What the files hold is claimed once (``assembled``), then their records are written, then
+``done``: finishing twice (its worker died, the reaper runs it again, a late chunk's counts arrived meanwhile)
+writes the same files, so every custom_id stays in exactly one of them.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from service.jobs import keys, leases
+from service.jobs import files, keys, leases
 from service.jobs.queue import Jobs
 from service.operations.jsontext import dumps
 
@@ -39,50 +40,49 @@ def claim(jobs: Jobs, batch_id: str, status: str) -> None:
 
 
 def finish(jobs: Jobs, batch_id: str) -> None:
-    """Assemble the files of a claimed batch and record it ``done`` (idempotent)."""
+    """Record the files of a claimed batch, then the batch ``done`` (idempotent)."""
     record, validated, final, done = jobs.store.get_many([keys.batch(batch_id), *(
         keys.event(batch_id, name) for name in ("validated", "final", "done"))])
     if record is None or final is None or done is not None:
         return
     with leases.held(jobs, batch_id, "finalize"):
-        chunks = validated["chunks"] if validated else []
-        counts = jobs.store.get_many([keys.chunk(batch_id, i) for i in range(len(chunks))])
-        ended = b"".join(_ended(jobs, record, chunk, final["status"])
-                         for chunk, count in zip(chunks, counts, strict=True) if count is None)
-        request_counts = {"total": validated["total"] if validated else 0,
-                          "completed": sum(count["completed"] for count in counts if count),
-                          "failed": sum(count["failed"] for count in counts if count) + ended.count(b"\n")}
-        done_ones = [i for i, count in enumerate(counts) if count]
-        output_id, error_id = keys.output_files(batch_id)
-        bodies = jobs.bodies
-        outputs = [bodies.chunk(batch_id, i, "out") for i in done_ones]
-        errors = [bodies.chunk(batch_id, i, "err") for i in done_ones]
-        try:
-            output = _file(jobs, record, output_id, "output", request_counts["completed"], outputs, b"")
-            error = _file(jobs, record, error_id, "errors", request_counts["failed"], errors, ended)
-        except FileNotFoundError:  # a done chunk's results are gone: removed by a finisher that recorded done
-            if jobs.store.get(keys.event(batch_id, "done")) is not None:
-                return  # its files stand, whole; a concatenation without those results would have replaced them
-            raise
+        if jobs.store.get(keys.event(batch_id, "assembled")) is None:
+            jobs.store.claim(keys.event(batch_id, "assembled"), _assembly(jobs, record, validated, final["status"]))
+        assembled = jobs.store.get(keys.event(batch_id, "assembled"))  # the first finisher's, whoever that was
+        for file in assembled["files"]:
+            jobs.store.put(keys.file(file["id"]), file)
+        ids = {file["id"] for file in assembled["files"]}
+        output_id, error_id = (file_id if file_id in ids else None for file_id in keys.output_files(batch_id))
         jobs.store.claim(keys.event(batch_id, "done"), {
-            "status": final["status"], "at": int(time.time()), "output_file_id": output, "error_file_id": error,
-            "request_counts": request_counts})
-    bodies.remove_batch(batch_id)
-    jobs.store.delete([keys.lease(batch_id, str(i)) for i in range(len(chunks))])
+            "status": final["status"], "at": int(time.time()), "request_counts": assembled["request_counts"],
+            "output_file_id": output_id, "error_file_id": error_id})
+    jobs.store.delete([keys.lease(batch_id, str(i)) for i in range(len(validated["chunks"]) if validated else 0)])
 
 
-def _file(jobs: Jobs, record: dict[str, Any], file_id: str, kind: str, lines: int, parts: list[Path],
-          tail: bytes) -> str | None:
-    """The output or error file of a batch (None when it would hold no line), stored with its record."""
-    if lines == 0:
-        return None
-    size = jobs.bodies.concatenate(jobs.bodies.path(file_id), parts, tail)
-    now = int(time.time())
-    jobs.store.put(keys.file(file_id), {
-        "id": file_id, "object": "file", "bytes": size, "created_at": now,
-        "expires_at": now + jobs.limits.file_retention_seconds, "filename": f"{record['id']}_{kind}.jsonl",
-        "purpose": "batch_output", "status": "processed", "owner": record["owner"]})
-    return file_id
+def _assembly(jobs: Jobs, record: dict[str, Any], validated: dict[str, Any] | None, status: str) -> dict[str, Any]:
+    """The batch's request_counts and its files' records (each listing its parts), from the chunks done now; the
+    ended lines of those never done written as a part of their own (named afresh: a finisher that loses the claim
+    must not overwrite the winner's)."""
+    batch_id, bodies = record["id"], jobs.bodies
+    chunks = validated["chunks"] if validated else []
+    counts = jobs.store.get_many([keys.chunk(batch_id, i) for i in range(len(chunks))])
+    ended = b"".join(_ended(jobs, record, chunk, status) for chunk, count in zip(chunks, counts, strict=True)
+                     if count is None)
+    tail = bodies.ended(batch_id)
+    if ended:
+        bodies.write(tail, [ended])
+    done = [(i, count) for i, count in enumerate(counts) if count]
+    outputs = [bodies.chunk(batch_id, i, "out") for i, count in done if count["completed"]]
+    errors = [bodies.chunk(batch_id, i, "err") for i, count in done if count["failed"]] + ([tail] if ended else [])
+    stored = []
+    for file_id, kind, paths in zip(keys.output_files(batch_id), ("output", "errors"), (outputs, errors), strict=True):
+        if paths:
+            parts = [[bodies.part(path), path.stat().st_size] for path in paths]
+            stored.append(files.stored(jobs, file_id, sum(size for _, size in parts), f"{batch_id}_{kind}.jsonl",
+                                       "batch_output", record["owner"], batch=batch_id, parts=parts))
+    return {"files": stored, "request_counts": {
+        "total": validated["total"] if validated else 0, "completed": sum(count["completed"] for _, count in done),
+        "failed": sum(count["failed"] for _, count in done) + ended.count(b"\n")}}
 
 
 def _ended(jobs: Jobs, record: dict[str, Any], chunk: list[int], status: str) -> bytes:

@@ -20,7 +20,8 @@ def batch(batch_id: str) -> str:
 
 
 def event(batch_id: str, name: str) -> str:
-    """``validated``, ``failed``, ``cancel``, ``final`` or ``done`` of ``batch_id``."""
+    """``validated``, ``failed``, ``cancel``, ``final``, ``assembled`` (what its files hold) or ``done`` of
+    ``batch_id``."""
     return f"job:{batch_id}:{name}"
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from service.jobs import finishing, keys, leases
+from service.jobs import files, finishing, keys, leases
 from service.jobs.queue import Jobs
 
 
@@ -64,10 +64,9 @@ def reap(jobs: Jobs) -> None:
         if not settle(jobs, record["id"], pending):
             needed.add(record["input_file_id"])
     now = time.time()
-    for key, file in list(jobs.store.scan("file:")):
+    for _, file in list(jobs.store.scan("file:")):
         if file["expires_at"] <= now and file["id"] not in needed:
-            jobs.store.delete([key])
-            jobs.bodies.remove(file["id"])
+            files.remove(jobs, file)
 
 
 def settle(jobs: Jobs, batch_id: str, pending: set[tuple[Any, ...]] | None = None) -> bool:

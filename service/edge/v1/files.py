@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request, send_file
+from flask import current_app, request
+from werkzeug.wsgi import FileWrapper
 
 from schemas.jobs import FILE_EXAMPLE, FileDeleted, FileList, FileListQuery, FileObject, UploadQuery, list_example
 from schemas.problem import Problem
@@ -13,6 +14,7 @@ from service.edge.security import owner
 from service.edge.smorest import Blueprint
 from service.edge.v1.uploads import Upload
 from service.jobs import files
+from service.jobs.bodies import BLOCK
 from service.problems import PROBLEM_JSON, ValidationProblem
 
 NDJSON = "application/x-ndjson"
@@ -95,5 +97,12 @@ def file_content(file_id: str) -> Any:
 
     Answered whatever the Accept header says (the openai client sends application/binary).
     """
-    path = files.content(current_jobs(), owner(), file_id)
-    return send_file(path, mimetype=NDJSON, conditional=True, max_age=0)
+    file, body = files.content(current_jobs(), owner(), file_id)
+    # Not send_file: a batch's output is its chunks' results read one after another (service.jobs.bodies).
+    response = current_app.response_class(FileWrapper(body, BLOCK), mimetype=NDJSON, direct_passthrough=True)
+    response.content_length = file["bytes"]
+    response.headers.set("Content-Disposition", "inline", filename=file["filename"])
+    response.last_modified = file["created_at"]
+    response.set_etag(f"{file['id']}-{file['bytes']}")  # a file never changes once it exists
+    response.cache_control.no_cache, response.cache_control.max_age = True, 0
+    return response.make_conditional(request, accept_ranges=True, complete_length=file["bytes"])

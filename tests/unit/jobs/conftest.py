@@ -129,7 +129,13 @@ def lines_of(jobs: Jobs, file_id: str | None) -> list[dict[str, Any]]:
     """The JSON lines of a stored file ([] for None)."""
     if file_id is None:
         return []
-    return [orjson.loads(line) for line in jobs.bodies.path(file_id).read_bytes().splitlines()]
+    return [orjson.loads(line) for line in body_of(jobs, file_id).splitlines()]
+
+
+def body_of(jobs: Jobs, file_id: str) -> bytes:
+    """A stored file's body, as GET /v1/files/{id}/content reads it."""
+    with files.content(jobs, "", file_id)[1] as body:
+        return body.read()
 
 
 def results(jobs: Jobs, batch: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -4,25 +4,21 @@ tasks; files past their retention. Every answer is compared with the single endp
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 
 import orjson
 import pytest
-from huey import SqliteHuey
 
 from service.edge import create_app
 from service.jobs import batches, chunks, files, finishing, keys, reaping
-from service.jobs.bodies import Bodies
 from service.jobs.endpoints import endpoints
-from service.jobs.queue import QUEUE, Jobs
-from service.jobs.store import Store
+from service.jobs.queue import Jobs
 from service.operations import answers
 from service.operations.catalogue import DEFAULT_NAME
 from service.operations.limits import Limits
 from tests.harness import slow_encoder_body, wait_for
-from tests.unit.jobs.conftest import build, drain, lines_of, request_line, results, step, submit
+from tests.unit.jobs.conftest import body_of, build, drain, lines_of, request_line, results, step, submit
 
 MHA = "/v1/multi-head-attention"
 # Four answered, three refused by the endpoint (an unknown token, d_model not divisible by n_heads, an unknown field).
@@ -101,9 +97,9 @@ def test_every_state_in_order_with_the_counts_moving_chunk_by_chunk(make_jobs, c
     output, errors = (files.get(jobs, "", batch[name]) for name in ("output_file_id", "error_file_id"))
     for file, kind, lines in ((output, "output", 4), (errors, "errors", 3)):
         assert file["purpose"] == "batch_output" and file["filename"] == f"{batch_id}_{kind}.jsonl"
-        assert file["bytes"] == jobs.bodies.path(file["id"]).stat().st_size
+        assert file["bytes"] == len(body_of(jobs, file["id"]))
         assert len(lines_of(jobs, file["id"])) == lines
-    assert not (jobs.bodies.batches / batch_id).exists()  # the chunks' results, assembled, are gone
+    assert sorted(path.name for path in jobs.bodies.files.iterdir()) == [batch["input_file_id"]]  # nothing copied
 
 
 def test_problems_point_into_the_body_as_the_endpoint_answers_them(make_jobs, checked):
@@ -288,36 +284,46 @@ def test_finishing_twice_gives_the_same_files_and_counts(make_jobs):
     batch_id = submit(jobs, file_of(BODIES))
     drain(jobs)
     batch = status(jobs, batch_id)
-    kept = [jobs.bodies.path(batch[name]).read_bytes() for name in ("output_file_id", "error_file_id")]
+    kept = [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")]
     finishing.finish(jobs, batch_id)
     reaping.settle(jobs, batch_id, pending=set())
     assert drain(jobs) == []
     assert status(jobs, batch_id) == batch
-    assert [jobs.bodies.path(batch[name]).read_bytes() for name in ("output_file_id", "error_file_id")] == kept
+    assert [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")] == kept
 
 
-def test_a_finisher_that_read_the_records_before_another_finished_leaves_its_files_whole(tmp_path):
-    # Two finishers at once (the reaper queued finalize again while a slow worker held it): the second read the
-    # records before the first recorded done, then found the chunks' results removed. It must not write files.
-    jobs = build(tmp_path / "data", chunk_items=2)
-    batch_id = submit(jobs, file_of(BODIES))
-    while jobs.store.get(keys.event(batch_id, "final")) is None:  # up to the last chunk, before finalize runs
-        assert step(jobs) is not None
-    with sqlite3.connect(tmp_path / "data" / "queue.sqlite3") as source, \
-            sqlite3.connect(tmp_path / "before.sqlite3") as copy:
-        source.backup(copy)  # the records as the second finisher read them
+def test_a_finisher_run_again_after_a_late_chunk_writes_the_files_first_assembled(make_jobs):
+    # The first finisher claimed what the files hold, then died before their records; meanwhile a worker frozen past
+    # its lease finished a chunk of the cancelled batch. Finishing again must not take that chunk in: its items
+    # already have their batch_cancelled lines, and every custom_id is in exactly one file.
+    jobs = make_jobs(chunk_items=2)
+    batch_id = submit(jobs, file_of([BODIES[0], BODIES[2], BODIES[4], BODIES[5], BODIES[0], BODIES[6]]))
+    assert [step(jobs), step(jobs), step(jobs)] == ["reap", "validate", "chunk"]
+    batches.cancel(jobs, "", batch_id)
     drain(jobs)
     batch = status(jobs, batch_id)
-    kept = [jobs.bodies.path(batch[name]).read_bytes() for name in ("output_file_id", "error_file_id")]
-    huey = SqliteHuey(QUEUE, filename=str(tmp_path / "before.sqlite3"), results=False, utc=True)
-    late = Jobs(jobs.settings, jobs.limits, huey, Store(huey.storage), Bodies(tmp_path / "data"), jobs.tasks)
-    # Its copy cannot show it the done record either, so it raises (on the live records it returns quietly): what
-    # matters is that it wrote nothing.
-    with pytest.raises(FileNotFoundError):
-        finishing.finish(late, batch_id)
-    assert [jobs.bodies.path(batch[name]).read_bytes() for name in ("output_file_id", "error_file_id")] == kept
-    assert sorted(path.name for path in jobs.bodies.files.iterdir()) == sorted(
-        [batch["input_file_id"], batch["output_file_id"], batch["error_file_id"]])  # no part left behind
+    kept = [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")]
+    jobs.store.delete([keys.event(batch_id, "done"), *(keys.file(file_id) for file_id in keys.output_files(batch_id))])
+    late = jobs.bodies.chunk(batch_id, 1, "out")
+    jobs.bodies.write(late, [request_line("late", BODIES[0])])  # any lines: they must not show
+    jobs.store.claim(keys.chunk(batch_id, 1), {"completed": 1, "failed": 0})
+    finishing.finish(jobs, batch_id)
+    assert status(jobs, batch_id) == batch
+    assert [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")] == kept
+    assert sorted(results(jobs, batch)) == [f"item-{i}" for i in range(6)]
+
+
+def test_deleting_a_batch_s_files_removes_its_results(make_jobs):
+    jobs = make_jobs(chunk_items=2)
+    batch_id = submit(jobs, file_of(BODIES))
+    drain(jobs)
+    batch = status(jobs, batch_id)
+    files.delete(jobs, "", batch["output_file_id"])
+    left = sorted(path.name for path in (jobs.bodies.batches / batch["id"]).iterdir())
+    assert left and all(name.endswith(".err") or name.endswith(".out") for name in left)  # the error file's
+    assert len(lines_of(jobs, batch["error_file_id"])) == 3
+    files.delete(jobs, "", batch["error_file_id"])
+    assert not (jobs.bodies.batches / batch["id"]).exists()  # the empty results and all
 
 
 def test_files_past_their_retention_go_unless_an_unfinished_batch_reads_them(make_jobs):
@@ -336,6 +342,7 @@ def test_files_past_their_retention_go_unless_an_unfinished_batch_reads_them(mak
     kept = {key.removeprefix("file:") for key, _ in jobs.store.scan("file:")}
     assert kept == {waiting["input_file_id"], young}
     assert sorted(path.name for path in jobs.bodies.files.iterdir()) == sorted(kept)
+    assert not (jobs.bodies.batches / finished).exists()  # its output and error files' parts went with them
     drain(jobs)
     assert status(jobs, running)["status"] == "completed"
     reaping.reap(jobs)  # now that no batch reads it

@@ -3,12 +3,14 @@ and, with API_KEYS, each key's files and batches hidden from the others; each an
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from service.jobs.endpoints import endpoints
+from service.jobs.settings import Settings
 from tests.conftest import assert_problem
 from tests.unit.edge.jobs.conftest import conforms, jobs_of, upload
-from tests.unit.jobs.conftest import drain, lines_of, request_line
+from tests.unit.jobs.conftest import body_of, drain, lines_of, request_line
 
 MHA = "/v1/multi-head-attention"
 LINES = b"".join(request_line(f"r{i}", {"tokens": ["the", "cat"], "d_model": 4, "n_heads": 2}) + b"\n"
@@ -45,7 +47,7 @@ def test_a_batch_run_to_its_end_as_the_client_sees_it(app, client):
     assert done["status"] == "completed" and done["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
     output = client.get(f"/v1/files/{done['output_file_id']}/content", headers={"Accept": "application/binary"})
     assert sorted(line["custom_id"] for line in lines_of(jobs_of(app), done["output_file_id"])) == ["r0", "r1", "r2"]
-    assert output.get_data() == jobs_of(app).bodies.path(done["output_file_id"]).read_bytes()
+    assert output.get_data() == body_of(jobs_of(app), done["output_file_id"])
     record = conforms(client.get(f"/v1/files/{done['error_file_id']}"), "/v1/files/{file_id}", "get")
     assert record["purpose"] == "batch_output" and record["bytes"] == len(
         client.get(f"/v1/files/{done['error_file_id']}/content").get_data())
@@ -167,3 +169,24 @@ def test_with_api_keys_a_key_sees_only_its_own_files_and_batches(make_app):
     assert_problem(client.get(f"/v1/files/{done['output_file_id']}/content", headers=b), 404)  # a's output too
     assert client.get(f"/v1/files/{done['output_file_id']}/content", headers=a).status_code == 200
     assert_problem(client.get("/v1/files"), 401)
+
+
+
+
+def test_an_output_of_many_chunks_reads_as_one_file_in_ranges_and_revalidates(make_app, tmp_path):
+    app = make_app(JOBS=Settings(data_dir=tmp_path / "data", chunk_items=1))  # three chunks: three parts
+    client = app.test_client()
+    batch_id = create(client, upload(client, LINES)["id"]).get_json()["id"]
+    drain(jobs_of(app))
+    url = f"/v1/files/{client.get(f'/v1/batches/{batch_id}').get_json()['output_file_id']}/content"
+    whole = client.get(url)
+    lines = whole.get_data().splitlines()
+    assert sorted(orjson.loads(line)["custom_id"] for line in lines) == ["r0", "r1", "r2"]
+    assert whole.content_length == len(whole.get_data()) and whole.headers["Accept-Ranges"] == "bytes"
+    start, end = len(lines[0]) - 5, len(lines[0]) + 5  # across the first part's end
+    ranged = client.get(url, headers={"Range": f"bytes={start}-{end}"})
+    assert ranged.status_code == 206 and ranged.get_data() == whole.get_data()[start:end + 1]
+    assert ranged.headers["Content-Range"] == f"bytes {start}-{end}/{whole.content_length}"
+    assert client.get(url, headers={"Range": "bytes=-7"}).get_data() == whole.get_data()[-7:]
+    assert client.get(url, headers={"If-None-Match": whole.headers["ETag"]}).status_code == 304
+    assert client.get(url, headers={"Range": f"bytes={whole.content_length}-"}).status_code == 416
