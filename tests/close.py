@@ -16,6 +16,7 @@ import numpy as np
 FLOAT32 = {"rtol": 1e-5, "atol": 1e-5}  # a few float32 units in the last place (eps 1.2e-7) of values near 1
 EXAMPLE = {"rtol": 1e-5, "atol": 1.000001e-3}  # a documented answer, its numbers to 3 decimals (one unit apart)
 NUMBER = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
+DECIMALS = re.compile(r"-?\d+\.(\d+)")  # a NUMBER's printed decimals
 
 
 def assert_close(got: Any, want: Any, where: str = "", rtol: float = 1e-9, atol: float = 1e-12) -> None:
@@ -42,5 +43,5 @@ def assert_text_close(got: str, want: str, rtol: float = FLOAT32["rtol"]) -> Non
     unit of its last printed decimal (an SVG's data-value, a YAML example's 3-decimal weight)."""
     assert NUMBER.split(got) == NUMBER.split(want), "the texts differ outside their numbers"
     for left, right in zip(NUMBER.findall(got), NUMBER.findall(want), strict=True):
-        unit = 10.0 ** -min(len(number.split(".")[1].split("e")[0].split("E")[0]) for number in (left, right))
+        unit = 10.0 ** -min(len(DECIMALS.match(number)[1]) for number in (left, right))
         assert abs(float(left) - float(right)) <= max(rtol * abs(float(right)), 1.000001 * unit), (left, right)

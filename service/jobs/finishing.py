@@ -68,12 +68,12 @@ def _assembly(jobs: Jobs, record: dict[str, Any], validated: dict[str, Any] | No
     counts = jobs.store.get_many([keys.chunk(batch_id, i) for i in range(len(chunks))])
     ended = b"".join(_ended(jobs, record, chunk, status) for chunk, count in zip(chunks, counts, strict=True)
                      if count is None)
-    tail = bodies.ended(batch_id)
-    if ended:
-        bodies.write(tail, [ended])
     done = [(i, count) for i, count in enumerate(counts) if count]
     outputs = [bodies.chunk(batch_id, i, "out") for i, count in done if count["completed"]]
-    errors = [bodies.chunk(batch_id, i, "err") for i, count in done if count["failed"]] + ([tail] if ended else [])
+    errors = [bodies.chunk(batch_id, i, "err") for i, count in done if count["failed"]]
+    if ended:
+        errors.append(bodies.ended(batch_id))
+        bodies.write(errors[-1], [ended])
     stored = []
     for file_id, kind, paths in zip(keys.output_files(batch_id), ("output", "errors"), (outputs, errors), strict=True):
         if paths:
