@@ -42,7 +42,7 @@ test-fast: setup-test
 	$(PY) -m pytest -q tests/unit
 
 openapi: setup
-	$(PY) -m service.edge.openapi > openapi.yaml
+	$(PY) -m service.edge.openapi > service/edge/openapi.yaml
 
 bench: setup-test
 	$(PY) -m pip install -q -e '.[bench]'

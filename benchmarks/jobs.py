@@ -23,7 +23,7 @@ web worker, the client and the job workers, and how long each waited, runnable, 
 CPU per item is what the design costs, the waiting is what the machine did to the wall-clock figures. And each
 round starts by timing a CPU-bound loop in one process, then in two at once: what this machine gives two processes
 now (2.0 on two free cores; on this shared one it was often ~1.0), against which two workers' gain is read. Also: the
-serial phases of a job (upload, validation, finishing, download) and the best two workers could do given them
+serial phases of a job (upload, validation, finalizing, download) and the best two workers could do given them
 (Amdahl); submit -> in_progress of 5-item batches sent one at a time to an idle worker (polled every 10 ms); GET
 /metrics with an empty store and with ``--census`` batches in it (the batch-job census reads them all at each
 scrape). Targets: one worker >= 0.8x /v1/batch's items/s, two workers >= 1.7x one (medians of the rounds' paired

@@ -1,4 +1,4 @@
-"""Service metadata: health (the limits schema is built from service.operations.limits)."""
+"""Service metadata: health (the limits schema is built from service.settings.Limits)."""
 
 from __future__ import annotations
 

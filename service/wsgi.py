@@ -1,14 +1,9 @@
-"""WSGI entry point: ``gunicorn service.wsgi:app``.
+"""WSGI entry point: ``gunicorn service.wsgi:app``. A setting that stops the start-up (a model folder refused,
+say) says so in one line (service.settings.refusing)."""
 
-BLAS threads are pinned to one per process before numpy is imported (workers are the
-parallelism; several BLAS threads per worker made the same work 2-3x slower here).
-"""
+from service.runtime import process  # noqa: F401, I001  (first: one BLAS thread a process, before numpy is imported)
+from service.edge import create_app
+from service.settings import refusing
 
-import os
-
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")
-
-from service.edge import create_app  # noqa: E402  (after the thread settings, on purpose)
-
-app = create_app()
+with refusing():
+    app = create_app()

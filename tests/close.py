@@ -9,6 +9,7 @@ last place, and a value rounded to 3 decimals by one unit at most.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -45,3 +46,30 @@ def assert_text_close(got: str, want: str, rtol: float = FLOAT32["rtol"]) -> Non
     for left, right in zip(NUMBER.findall(got), NUMBER.findall(want), strict=True):
         unit = 10.0 ** -min(len(DECIMALS.match(number)[1]) for number in (left, right))
         assert abs(float(left) - float(right)) <= max(rtol * abs(float(right)), 1.000001 * unit), (left, right)
+
+
+def _unit(*written: str) -> float:
+    """One unit of the last decimal written in the shorter of ``written`` (``1.25e-07`` -> 1e-09)."""
+    return max(10.0 ** Decimal(number).as_tuple().exponent for number in written)
+
+
+def assert_documents_match(got: Any, want: Any, where: str = "", example: bool = False) -> None:
+    """Two OpenAPI documents (plain JSON values) are equal, exactly outside their examples; inside an ``example``,
+    each number (a float, or a decimal number inside a text) within one unit of its last written decimal: the
+    digits another BLAS kernel may move (service.edge.examples writes them short)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (where, sorted(set(got) ^ set(want)))
+        for key in want:
+            assert_documents_match(got[key], want[key], f"{where}/{key}", example or key == "example")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (left, right) in enumerate(zip(got, want, strict=True)):
+            assert_documents_match(left, right, f"{where}/{i}", example)
+    elif example and isinstance(want, float) and isinstance(got, float):
+        assert abs(got - want) <= 1.000001 * _unit(repr(got), repr(want)), (where, got, want)
+    elif example and isinstance(want, str) and isinstance(got, str):
+        assert NUMBER.split(got) == NUMBER.split(want), (where, "the texts differ outside their numbers")
+        for left, right in zip(NUMBER.findall(got), NUMBER.findall(want), strict=True):
+            assert abs(float(left) - float(right)) <= 1.000001 * _unit(left, right), (where, left, right)
+    else:
+        assert got == want and type(got) is type(want), (where, got, want)

@@ -4,9 +4,11 @@ tests/live/conftest.py)."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,24 +17,24 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from service.settings import VARIABLES
+
 # The tests run the service with its defaults, as CI does, whatever a developer's shell has set: e.g. a
 # PROMETHEUS_MULTIPROC_DIR left from running gunicorn by hand puts service.runtime.metrics in multiprocess mode
-# at import,
-# LOG_REQUESTS=0 silences the log lines tests read, ATTENTION_MAX_* move the limits, GUNICORN_* and WEB_CONCURRENCY
-# reach the test servers (which copy this environment). A test that needs a setting passes it to its own app or
-# server. tests/unit/test_packaging.py checks that every variable the service reads is cleared here.
-SERVICE_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "LOG_REQUESTS", "LOG_BUFFER_BYTES", "LOG_FLUSH_SECONDS",
-                     "METRICS_FLUSH_SECONDS", "API_KEYS", "CORS_ORIGINS", "WEB_CONCURRENCY", "HOST", "PORT")
-SERVICE_PREFIXES = ("ATTENTION_", "GUNICORN_")  # the limits, gunicorn's settings, the metrics master's mark
-for variable in [*SERVICE_VARIABLES, *(name for name in os.environ if name.startswith(SERVICE_PREFIXES))]:
+# at import, LOG_REQUESTS=0 silences the log lines tests read, ATTENTION_MAX_* move the limits, GUNICORN_* and
+# WEB_CONCURRENCY reach the test servers (which copy this environment). Every variable the service reads is declared
+# in service.settings; the prefixes also catch the metrics master's mark. A test that needs a setting passes it to
+# its own app (``create_app({"SETTINGS": ...})``) or server.
+SERVICE_PREFIXES = ("ATTENTION_", "GUNICORN_")
+for variable in [*VARIABLES, *(name for name in os.environ if name.startswith(SERVICE_PREFIXES))]:
     os.environ.pop(variable, None)
 # The batch jobs' files and queue of every app and server the tests start: never the checkout's ./data.
 os.environ["ATTENTION_DATA_DIR"] = tempfile.mkdtemp(prefix="attention-data-")
 atexit.register(shutil.rmtree, os.environ["ATTENTION_DATA_DIR"], True)
 
 from service.edge import create_app  # noqa: E402  (after the clean-up above)
-from service.operations.limits import Limits  # noqa: E402
 from service.runtime.logwriter import stdout_lines  # noqa: E402
+from service.settings import Limits, Settings, current  # noqa: E402
 from tests.seed_reference import load_seed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]  # tests read files of the repository
@@ -45,6 +47,27 @@ ROOT = Path(__file__).resolve().parents[1]  # tests read files of the repository
 stdout_lines().max_seconds = 0
 
 
+def settings_with(**changes: Any) -> Settings:
+    """The tests' settings (the service's defaults, the batch jobs' data in a temporary folder) with ``changes``
+    (``limits=Limits(...)``, ``access=Access(...)``...)."""
+    return dataclasses.replace(current(), **changes)
+
+
+@pytest.fixture
+def environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """``monkeypatch`` for the variables service.settings reads: the process's settings are read again at the next
+    ``current()`` (an app built in the test), and once more after it."""
+    current.cache_clear()
+    yield monkeypatch
+    monkeypatch.undo()
+    current.cache_clear()
+
+
+def app_with(**changes: Any) -> Flask:
+    """A test app of :func:`settings_with` ``changes``."""
+    return create_app({"TESTING": True, "SETTINGS": settings_with(**changes)})
+
+
 @pytest.fixture
 def limits() -> Limits:
     """Default limits (tests that probe a boundary build their own app)."""
@@ -53,7 +76,7 @@ def limits() -> Limits:
 
 @pytest.fixture
 def app(limits: Limits) -> Flask:
-    return create_app({"TESTING": True, "LIMITS": limits})
+    return app_with(limits=limits)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ too (with the repository root on sys.path).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
@@ -180,35 +179,6 @@ def compose_api_command() -> list[str]:
 def compose_api_environment() -> dict[str, str]:
     """The api service's environment in docker-compose.yml (values as strings)."""
     return {name: interpolate(value) for name, value in COMPOSE["services"]["api"]["environment"].items()}
-
-
-def read_variables() -> set[str]:
-    """Names the service's code reads from the environment: the string constants of ``os.environ`` calls and
-    subscripts under service/, and of a parameter that defaults to it (``from_env(environ=os.environ)``, as the
-    jobs' settings read theirs); a name held in a variable, as the limits' and ATTENTION_MODELS are, is not found."""
-    read = set()
-    for source in (ROOT / "service").rglob("*.py"):
-        tree = ast.parse(source.read_text())
-        scopes: list[tuple[ast.AST, str]] = [(tree, "os.environ")]
-        for function in ast.walk(tree):
-            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-                arguments = function.args
-                positional = arguments.posonlyargs + arguments.args
-                defaults = [None] * (len(positional) - len(arguments.defaults)) + arguments.defaults
-                scopes += [(function, argument.arg) for argument, default in zip(
-                    positional + arguments.kwonlyargs, defaults + arguments.kw_defaults, strict=True)
-                    if default is not None and ast.unparse(default) == "os.environ"]
-        for scope, mapping in scopes:
-            for node in ast.walk(scope):
-                if isinstance(node, ast.Call) and ast.unparse(node.func).startswith(f"{mapping}.") and node.args:
-                    key = node.args[0]
-                elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == mapping:
-                    key = node.slice
-                else:
-                    continue
-                if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    read.add(key.value)
-    return read
 
 
 def kustomize(overlay: str) -> list[dict]:

@@ -15,16 +15,15 @@ from typing import Any
 
 from flask import Flask
 
-from service.edge import health, observability, pages, security
+from service.edge import health, observability, pages, security, spec
 from service.edge.jsonio import OrjsonProvider
 from service.edge.smorest import init_api
 from service.edge.v1 import attention, batch, batches, demos, files, heatmap, limits, models, reference
 from service.edge.v2 import models as v2_models
 from service.edge.v2 import routes as v2
 from service.jobs.queue import PerProcess
-from service.jobs.settings import Settings
 from service.operations import catalogue
-from service.operations.limits import Limits
+from service.settings import Settings, current
 
 # flask-smorest blueprints: routed and documented in the OpenAPI spec.
 BLUEPRINTS = (attention.blp, models.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp,
@@ -49,26 +48,26 @@ class App(Flask):
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
-    """Build the app. ``config`` overrides Flask settings; ``LIMITS`` (a :class:`Limits`) overrides
-    the limits read from the environment; ``JOBS`` (a :class:`service.jobs.settings.Settings`) the batch jobs'
-    settings. The models ATTENTION_MODELS names are loaded here: in gunicorn's master (preload), before the fork, so
-    every worker shares their pages."""
-    served = catalogue.from_env()
+    """Build the app. ``config`` overrides Flask settings; ``SETTINGS`` (a :class:`service.settings.Settings`)
+    those read from the environment. The models ATTENTION_MODELS names are loaded here: in gunicorn's master
+    (preload), before the fork, so every worker shares their pages."""
+    config = dict(config or {})
+    settings: Settings = config.pop("SETTINGS", None) or current()
+    served = catalogue.load(settings.models)
     v2_models.refuse_clashes(served)
     catalogue.install(served)
     app = App(__name__)
     app.json = OrjsonProvider(app)
-    app.config.update(config or {})
-    app.extensions["limits"] = app.config.get("LIMITS") or Limits.from_env()
+    app.config.update(config)
+    app.extensions["limits"] = settings.limits
     # Opened on first use in each process: never in gunicorn's preloaded master (service.jobs.queue).
-    app.extensions["jobs"] = PerProcess(app.config.get("JOBS") or Settings.from_env(), app.extensions["limits"])
-    observability.init_app(app)  # a middleware: every answer gets a request id, metrics and a log line
-    security.init_app(app)
+    app.extensions["jobs"] = PerProcess(settings.jobs, settings.limits)
+    # a middleware: every answer gets a request id, metrics and a log line
+    observability.init_app(app, settings.observability)
+    security.init_app(app, settings.access)
     api = init_api(app)
     for blueprint in BLUEPRINTS:
         api.register_blueprint(blueprint)
-    from service.edge import openapi  # late: `python -m service.edge.openapi` runs that module as __main__
-
-    app.register_blueprint(openapi.blp)  # serves the spec; not itself documented
+    spec.init_app(app, spec.served(catalogue.DEFAULTS, list(served), v2_models.names()))  # the file, as it is
     app.register_blueprint(pages.blp)  # the playground and the docs page; not part of the API
     return app

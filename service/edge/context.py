@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import current_app
 
-from service.jobs.queue import Jobs
-from service.operations.limits import Limits
+from service.jobs.context import Jobs
+from service.settings import Limits
 
 
 def current_limits() -> Limits:

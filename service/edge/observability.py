@@ -11,14 +11,14 @@
 Middleware, not Flask hooks: it sees every answer (views, error handlers, routing errors) with the
 environ and the status and headers in hand, without the cost of three hooks, ``g`` and the request proxies.
 
-Env: LOG_REQUESTS [1; 0 turns the per-request line off], and service.runtime.logwriter's.
+Settings (service.settings.Observability): LOG_REQUESTS [1; 0 turns the per-request line off], and
+service.runtime.logwriter's.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 import sys
 import time
@@ -33,10 +33,11 @@ from werkzeug.wsgi import get_content_length
 
 from service.edge.context import current_jobs
 from service.jobs import census
-from service.jobs.queue import Jobs
+from service.jobs.context import Jobs
 from service.runtime import metrics
 from service.runtime.logwriter import LineWriter, stdout_lines
 from service.runtime.requestid import fresh_id
+from service.settings import Observability
 
 HEADER = "X-Request-Id"
 ENVIRON_KEY = "HTTP_" + HEADER.upper().replace("-", "_")  # where WSGI puts that request header
@@ -188,9 +189,9 @@ def metrics_view() -> Response:
     return Response(body, content_type=content_type)
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, settings: Observability) -> None:
     """Wrap ``app`` in the request observer (ids, metrics, log lines), serve /metrics, log app logs as JSON."""
-    lines = None if os.environ.get("LOG_REQUESTS", "1") == "0" else stdout_lines()
+    lines = stdout_lines() if settings.log_requests else None
     app.wsgi_app = RequestObserver(app.wsgi_app, lines, app.extensions["limits"].max_body_bytes)
     app.add_url_rule("/metrics", "metrics", metrics_view, methods=["GET"])
     _install_json_logging()

@@ -1,19 +1,20 @@
-"""The OpenAPI document: generated from the schemas and routes, served, and printed.
+"""openapi.yaml written: ``make openapi`` runs ``python -m service.edge.openapi > service/edge/openapi.yaml``.
 
-``python -m service.edge.openapi > openapi.yaml`` regenerates the checked-in file; GET /openapi.yaml
-serves the same text and GET /openapi.json the same document.
+The document is what flask-smorest and apispec build from the routes and schemas when the app is created, made
+readable (the optional key, the served models, key order) and given its examples: the documented requests and the
+service's real answers to them, worked out here and nowhere else (service.edge.examples). The server serves the
+file it writes (service.edge.spec); a test fails when the file differs from what this module writes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-import yaml
-from flask import Blueprint, Flask, Response, current_app
+from flask import Flask
 
-from service.edge.jsonio import dumps
+from service.edge.examples import resolved
 from service.edge.security import document_auth
+from service.edge.spec import as_yaml, name_models
 from service.edge.v2 import models as v2_models
 from service.operations import catalogue
 
@@ -21,31 +22,10 @@ DESCRIPTION = """\
 The forward pass of "Attention Is All You Need" in numpy, over HTTP. Tensors are nested JSON
 arrays (row-major); masks are booleans, true = may attend. Every error is RFC 9457
 application/problem+json, but on /v2 (the protocol's {"error": ...}). Limits: GET /v1/limits."""
+MODELS = "A served model's name (GET /v1/models)."
+V2_MODELS = "A v2 model: the attention models, then every served trained model (GET /v1/models)."
 TOP_LEVEL_ORDER = ("openapi", "info", "tags", "paths", "components")
 OPERATION_ORDER = ("summary", "description", "tags", "security", "parameters", "requestBody", "responses")
-
-blp = Blueprint("openapi", __name__)
-
-
-class _Dumper(yaml.SafeDumper):
-    """No &id001 anchors; multi-line text as | blocks; lists of scalars on one line."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
-    style = "|" if "\n" in text else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-def _represent_list(dumper: yaml.SafeDumper, items: list) -> yaml.Node:
-    flow = bool(items) and not any(isinstance(item, dict | list) for item in items)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", items, flow_style=flow)
-
-
-_Dumper.add_representer(str, _represent_str)
-_Dumper.add_representer(list, _represent_list)
 
 
 def _ordered(mapping: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
@@ -69,50 +49,32 @@ def _readable(spec: dict[str, Any]) -> dict[str, Any]:
     return _ordered(spec, TOP_LEVEL_ORDER)
 
 
-def _document_models(spec: dict[str, Any], prefix: str, names: list[str], description: str) -> None:
-    """Name the models of the paths under ``prefix`` in the spec: the ``model`` path parameter's enum (a server
-    given other models documents its own)."""
-    for path, item in spec["paths"].items():
-        for parameter in item.get("parameters", []) if path.startswith(prefix) else ():
-            if parameter["in"] == "path" and parameter["name"] == "model":
-                parameter["description"] = description
-                parameter["schema"] = {"type": "string", "enum": names} if names else {"type": "string"}
+def _describe_models(spec: dict[str, Any]) -> None:
+    """The ``model`` path parameters: what they name, and the models this process serves."""
+    for prefix, names, description in (("/v1/", list(catalogue.served()), MODELS),
+                                       ("/v2/", v2_models.names(), V2_MODELS)):
+        name_models(spec, prefix, names)
+        for path, item in spec["paths"].items():
+            for parameter in item.get("parameters", []) if path.startswith(prefix) else ():
+                if parameter["name"] == "model":
+                    parameter["description"] = description
 
 
-def spec_dict(app: Flask) -> dict[str, Any]:
-    """The spec as plain JSON values: string keys only (status codes too), readable key order."""
-    spec = orjson.loads(dumps(app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()))
+def document(app: Flask) -> dict[str, Any]:
+    """The document of ``app``, its examples worked out, as plain JSON values (string keys, status codes too)."""
+    spec = resolved(app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict())
     spec["info"]["description"] = DESCRIPTION
     document_auth(spec)
-    _document_models(spec, "/v1/", list(catalogue.served()), "A served model's name (GET /v1/models).")
-    _document_models(spec, "/v2/", v2_models.names(), "A v2 model: the attention models, then every served "
-                                                      "trained model (GET /v1/models).")
+    _describe_models(spec)
     return _readable(spec)
 
 
-def spec_yaml(app: Flask) -> str:
-    """The spec as YAML, keys in document order, no aliases."""
-    return yaml.dump(spec_dict(app), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
-
-
-@blp.route("/openapi.json")
-def openapi_json() -> Response:
-    """The OpenAPI document as JSON."""
-    return Response(dumps(spec_dict(current_app)), mimetype="application/json")
-
-
-@blp.route("/openapi.yaml")
-def openapi_yaml() -> Response:
-    """The OpenAPI document as YAML, identical to the checked-in openapi.yaml."""
-    return Response(spec_yaml(current_app), mimetype="application/yaml")
-
-
 def main() -> None:
-    """Print the YAML spec (``make openapi`` writes it to openapi.yaml)."""
-    # Not flask-smorest's `flask openapi write`: it dumps spec.to_dict() raw (no document_auth, no description).
+    """Print openapi.yaml (with the default models, read as the server reads its settings)."""
+    # Not flask-smorest's `flask openapi write`: it dumps spec.to_dict() raw (no examples worked out, no auth).
     from service.edge import create_app
 
-    print(spec_yaml(create_app()), end="")
+    print(as_yaml(document(create_app())), end="")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Optional bearer-key authentication and a CORS allow-list, hooked into the app by :func:`init_app`.
 
-Env: API_KEYS [unset: auth off] comma-separated keys; with any set, every call under /v1 and /v2
+API_KEYS (service.settings) [unset: auth off] comma-separated keys; with any set, every call under /v1 and /v2
 needs ``Authorization: Bearer <key>`` and gets 401 otherwise (problem+json on /v1, the Open
 Inference Protocol's ``{"error": ...}`` on /v2), both with ``WWW-Authenticate: Bearer``. Open even
 then: everything outside /v1 and /v2 (/healthz, /readyz, /metrics, /openapi.*, pages and their
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from typing import Any
 
 from flask import Flask, Response, current_app, request
 
 from service.operations.jsontext import dumps
 from service.problems import TYPE_BASE, Problem
+from service.settings import Access
 
 CHALLENGE = 'Bearer realm="attention-service"'
 OPEN_PREFIXES = ("/v2/health/",)
@@ -37,11 +37,6 @@ class Unauthorized(Problem):
 
     def get_headers(self, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
         return [*super().get_headers(*args, **kwargs), ("WWW-Authenticate", CHALLENGE)]
-
-
-def split_list(value: str | None) -> tuple[str, ...]:
-    """Comma-separated items, stripped, empty ones dropped."""
-    return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
 def is_protected(path: str) -> bool:
@@ -141,20 +136,15 @@ class Cors:
         return response
 
 
-def init_app(app: Flask) -> None:
-    """Auth and CORS from ``API_KEYS`` / ``CORS_ORIGINS`` (app config first, then the environment).
+def init_app(app: Flask, access: Access) -> None:
+    """Auth and CORS from ``access`` (API_KEYS, CORS_ORIGINS).
 
     Call before the Api is created (it documents the optional bearer scheme). A 401 gets its request id,
     metrics and log line like any answer: the observer (service.observability) wraps the whole app.
     """
     app.config.setdefault("API_SPEC_OPTIONS", SPEC_OPTIONS)
-    configured = app.config.get("API_KEYS", os.environ.get("API_KEYS"))
-    keys = split_list(configured)
-    if configured and configured.strip() and not keys:  # " , ": meant to lock the API, would open it
-        raise ValueError("API_KEYS lists no key (only commas and blanks): unset it to turn auth off")
-    app.extensions["api_keys"] = bool(keys)  # the docs page shows its locks only then
-    if keys:
-        app.before_request(RequireKey(keys))
-    origins = split_list(app.config.get("CORS_ORIGINS", os.environ.get("CORS_ORIGINS")))
-    if origins:
-        app.after_request(Cors(origins))
+    app.extensions["api_keys"] = bool(access.api_keys)  # the docs page shows its locks only then
+    if access.api_keys:
+        app.before_request(RequireKey(access.api_keys))
+    if access.cors_origins:
+        app.after_request(Cors(access.cors_origins))

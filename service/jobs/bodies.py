@@ -1,7 +1,7 @@
 """File bodies and chunk results on disk, under ATTENTION_DATA_DIR (shared by the API and every worker).
 
 An upload's body is one file under ``files/``. A batch's output and error files are the results its chunks wrote
-under ``batches/<id>/``, read one after another (:class:`Joined`): finishing a batch lists them, it copies nothing
+under ``batches/<id>/``, read one after another (:class:`Joined`): finalizing a batch lists them, it copies nothing
 (a 10,000-item output is 23 MB, which a copy took 50-100 ms to write, every other result waiting).
 
 Everything is written to a temporary name in the same directory and renamed into place, so a reader never sees

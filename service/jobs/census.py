@@ -2,7 +2,7 @@
 the batches by status, their requests by outcome, the tasks waiting in the queue.
 
 A census costs four reads of the store whatever the number of batches: the batch records (one scan), their events
-and their running chunks' counts (service.jobs.batches.describe_many), the queue's length.
+and their running chunks' counts (service.jobs.records.read_many), the queue's length.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from schemas.jobs import STATUSES
-from service.jobs import batches
-from service.jobs.queue import Jobs
+from service.jobs import records
+from service.jobs.context import Jobs
 
 
 # What a store that cannot be reached raises: Redis down or unreachable, SQLite's file locked past its timeout or
@@ -28,7 +28,7 @@ def unreachable() -> tuple[type[Exception], ...]:
 class Census:
     """``batches``: how many batches are in each status (every status, 0 included); ``requests``: their requests
     ``completed`` and ``failed`` so far, summed over every batch the store holds; ``queued``: tasks waiting in the
-    queue (validations, chunks, finishings, the reaper's next run once due)."""
+    queue (validations, chunks, finalizations, the reaper's next run once due)."""
 
     batches: dict[str, int]
     requests: dict[str, int]
@@ -39,8 +39,9 @@ def counts(jobs: Jobs) -> Census:
     """The census of ``jobs``' store now (raises one of :func:`unreachable` when the store does not answer)."""
     statuses = dict.fromkeys(STATUSES, 0)
     requests = {"completed": 0, "failed": 0}
-    for batch in batches.describe_many(jobs, [record for _, record in jobs.store.scan("batch:")]):
-        statuses[batch["status"]] += 1
+    for batch in records.read_many(jobs, [record for _, record in jobs.store.scan("batch:")]):
+        statuses[batch.status] += 1
+        counts = batch.request_counts()
         for outcome in requests:
-            requests[outcome] += batch["request_counts"][outcome]
+            requests[outcome] += counts[outcome]
     return Census(statuses, requests, jobs.huey.pending_count())

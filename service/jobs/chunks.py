@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from service.jobs import finishing, keys, leases
+from service.jobs import finalize, keys, leases, records
+from service.jobs.context import Jobs
 from service.jobs.endpoints import endpoints
-from service.jobs.queue import Jobs
 from service.operations import answers
 from service.operations.jsontext import check_depth, dumps
 from service.operations.registry import BATCH_OPERATIONS
@@ -23,21 +23,19 @@ from service.problems import Problem, invalid, problem_members
 def run(jobs: Jobs, batch_id: str, index: int) -> None:
     """Compute chunk ``index`` of ``batch_id`` unless it is done, or the batch is stopping (cancelled, expired,
     being finished: the reaper gives its items their error lines)."""
-    record, validated, cancel, final, done = jobs.store.get_many([
-        keys.batch(batch_id), keys.event(batch_id, "validated"), keys.event(batch_id, "cancel"),
-        keys.event(batch_id, "final"), keys.chunk(batch_id, index)])
-    if record is None or validated is None or done is not None:
+    batch = records.read(jobs, batch_id, chunk=index)
+    if batch.record is None or batch.validated is None or batch.counts[index] is not None:
         return
-    if cancel is not None or final is not None or time.time() >= record["expires_at"]:
+    if batch.cancel is not None or batch.finalizing is not None or time.time() >= batch.record["expires_at"]:
         jobs.store.delete([keys.lease(batch_id, str(index))])  # not run: nothing to reap
         return
     with leases.held(jobs, batch_id, str(index)):
-        numbered = jobs.bodies.lines(record["input_file_id"], validated["chunks"][index])
-        out, err = _answer(jobs, batch_id, record["endpoint"], numbered)
+        numbered = jobs.bodies.lines(batch.record["input_file_id"], batch.chunks[index])
+        out, err = _answer(jobs, batch_id, batch.record["endpoint"], numbered)
         jobs.bodies.write(jobs.bodies.chunk(batch_id, index, "out"), out)
         jobs.bodies.write(jobs.bodies.chunk(batch_id, index, "err"), err)
         jobs.store.claim(keys.chunk(batch_id, index), {"completed": len(out), "failed": len(err)})
-    finishing.complete_if_done(jobs, batch_id)
+    finalize.if_complete(jobs, batch_id)
 
 
 def _answer(jobs: Jobs, batch_id: str, endpoint: str, numbered: list[tuple[int, bytes]]) -> tuple[list[bytes],
@@ -53,7 +51,7 @@ def _answer(jobs: Jobs, batch_id: str, endpoint: str, numbered: list[tuple[int, 
     for position, problem in enumerate(refused):
         outcomes[open_items[position]] = problem
     for run_ in answers.budgets(sized, jobs.limits.max_batch_elements):
-        for position, answer in answers.compute(run_, jobs.limits, _root):
+        for position, answer in answers.compute(run_, _root):
             outcomes[open_items[position]] = answer
     out, err = [], []
     for (number, _), request, outcome in zip(numbered, requests, outcomes, strict=True):

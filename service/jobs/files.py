@@ -10,9 +10,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from service.jobs import keys
+from service.jobs import keys, records
 from service.jobs.bodies import Joined, TooLarge
-from service.jobs.queue import Jobs
+from service.jobs.context import Jobs
 from service.problems import TYPE_BASE, Problem
 
 NOT_FOUND = TYPE_BASE + "not-found"
@@ -94,16 +94,16 @@ def content(jobs: Jobs, owner: str, file_id: str) -> tuple[dict[str, Any], Joine
 
 def listing(jobs: Jobs, owner: str, limit: int, after: str | None, purpose: str | None) -> dict[str, Any]:
     """OpenAI's list of files, newest first, ``limit`` at most, after the file ``after``."""
-    records = (record for _, record in jobs.store.scan("file:")
-               if record["owner"] == owner and purpose in (None, record["purpose"]))
-    return page([public(record) for record in records], limit, after)
+    owned = (record for _, record in jobs.store.scan("file:")
+             if record["owner"] == owner and purpose in (None, record["purpose"]))
+    return page([public(record) for record in owned], limit, after)
 
 
 def delete(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
     """Delete ``file_id`` (409 while an unfinished batch reads it)."""
     record = get(jobs, owner, file_id)
     for _, batch in jobs.store.scan("batch:"):
-        if batch["input_file_id"] == file_id and _unfinished(jobs, batch["id"]):
+        if batch["input_file_id"] == file_id and not records.read(jobs, batch["id"]).finished:
             raise Conflict(f"Batch {batch['id']} still reads this file: cancel it or wait until it ends.")
     remove(jobs, record)
     return {"id": file_id, "object": "file", "deleted": True}
@@ -122,11 +122,6 @@ def remove(jobs: Jobs, record: dict[str, Any]) -> None:
 def _parts(jobs: Jobs, record: dict[str, Any]) -> list[tuple[str, int]]:
     """The ``(part, bytes)`` of a file's body: a batch file's recorded parts, an upload's one body."""
     return record.get("parts") or [(jobs.bodies.part(jobs.bodies.path(record["id"])), record["bytes"])]
-
-
-def _unfinished(jobs: Jobs, batch_id: str) -> bool:
-    failed, done = jobs.store.get_many([keys.event(batch_id, "failed"), keys.event(batch_id, "done")])
-    return failed is None and done is None
 
 
 def page(records: Iterable[dict[str, Any]], limit: int, after: str | None) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Record keys and ids. A batch's own records are ``batch:<id>``; what happens to it is under ``job:<id>:``, written
-once each (``validated`` or ``failed``, ``cancel``, ``final``, ``done``, ``chunk:<i>``) except the leases."""
+once each (service.jobs.records) except the leases."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def batch(batch_id: str) -> str:
 
 
 def event(batch_id: str, name: str) -> str:
-    """``validated``, ``failed``, ``cancel``, ``final``, ``assembled`` (what its files hold) or ``done`` of
-    ``batch_id``."""
+    """``validated``, ``failed``, ``cancel``, ``finalizing``, ``outputs`` (what its files hold) or ``finalized`` of
+    ``batch_id`` (service.jobs.records)."""
     return f"job:{batch_id}:{name}"
 
 
@@ -36,7 +36,7 @@ def lease(batch_id: str, unit: str) -> str:
 
 
 def output_files(batch_id: str) -> tuple[str, str]:
-    """The output and error file ids of ``batch_id``: fixed, so finishing it twice writes the same files."""
+    """The output and error file ids of ``batch_id``: fixed, so finalizing it twice writes the same files."""
     token = batch_id.removeprefix("batch_")
     return f"file-{token}out", f"file-{token}err"
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from service.jobs import keys
-from service.jobs.queue import Jobs
+from service.jobs.context import Jobs
 
 QUEUED_GRACE = 2.0  # seconds a queued unit may be missing from the queue: between a worker's dequeue and its lease
 

@@ -1,4 +1,5 @@
-"""The jobs of one process: its Huey (SQLite under ATTENTION_DATA_DIR, or Redis), the store, the bodies, the tasks.
+"""The jobs of one process built: its Huey (SQLite under ATTENTION_DATA_DIR, or Redis), the store, the bodies, the
+tasks, in a :class:`service.jobs.context.Jobs`.
 
 Built on first use in each process (:func:`current`), never in gunicorn's preloaded master: a SQLite connection
 or a Redis socket opened before the fork would be shared by every worker.
@@ -7,13 +8,14 @@ or a Redis socket opened before the fork would be shared by every worker.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from service.jobs import tasks
 from service.jobs.bodies import Bodies
-from service.jobs.settings import Settings
+from service.jobs.context import Jobs
 from service.jobs.store import Store
-from service.operations.limits import Limits
+from service.settings import JobSettings, Limits
+from service.settings import current as current_settings
 
 if TYPE_CHECKING:
     from huey.api import Huey
@@ -21,26 +23,10 @@ if TYPE_CHECKING:
 QUEUE = "attention-jobs"
 
 
-@dataclass
-class Jobs:
-    """Everything a view or a worker needs: settings, limits, the queue and its records, the bodies and the
-    tasks (``tasks.validate(batch_id)`` enqueues; see service.jobs.tasks)."""
-
-    settings: Settings
-    limits: Limits
-    huey: Huey
-    store: Store
-    bodies: Bodies
-    tasks: Any = None
-    leases: Any = None  # service.jobs.leases.Renewer: the leases this process holds, made on first use
-
-
-def build(settings: Settings, limits: Limits) -> Jobs:
+def build(settings: JobSettings, limits: Limits) -> Jobs:
     """The jobs for ``settings``: the queue opened (its folder made), the tasks registered."""
     # Imported here: a web worker that never serves a job does without huey and redis-py (~12 MB each).
     from huey import PriorityRedisHuey, SqliteHuey
-
-    from service.jobs import tasks  # the tasks call the lifecycle modules, which take a Jobs
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.queue_url:
@@ -57,7 +43,7 @@ class PerProcess:
     """The jobs of ``settings`` and ``limits``, built once in each process that asks (a forked child builds its
     own: the parent's connection is not its to use)."""
 
-    def __init__(self, settings: Settings, limits: Limits) -> None:
+    def __init__(self, settings: JobSettings, limits: Limits) -> None:
         self.settings, self.limits = settings, limits
         self._built: tuple[int, Jobs] | None = None
 
@@ -74,5 +60,5 @@ def current() -> Jobs:
     """This process's jobs, from the environment (a worker's)."""
     global _from_env
     if _from_env is None:
-        _from_env = PerProcess(Settings.from_env(), Limits.from_env())
+        _from_env = PerProcess(current_settings().jobs, current_settings().limits)
     return _from_env()

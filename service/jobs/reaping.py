@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any
 
-from service.jobs import files, finishing, keys, leases
-from service.jobs.queue import Jobs
+from service.jobs import files, finalize, keys, leases, records
+from service.jobs.context import Jobs
 
 
 def ensure(jobs: Jobs) -> None:
@@ -72,25 +72,26 @@ def reap(jobs: Jobs) -> None:
 def settle(jobs: Jobs, batch_id: str, pending: set[tuple[Any, ...]] | None = None) -> bool:
     """Move ``batch_id`` on: finish it when it is stopping and nobody holds a chunk; with ``pending`` (the queued
     tasks' arguments), queue again each lost unit. True when the batch is finished (done or failed)."""
-    record, validated, failed, cancel, final, done = jobs.store.get_many([keys.batch(batch_id), *(
-        keys.event(batch_id, name) for name in ("validated", "failed", "cancel", "final", "done"))])
-    if record is None or failed is not None or done is not None:
+    batch = records.read(jobs, batch_id, counts=True)
+    if batch.record is None or batch.finished:
         return True
     now = time.time()
-    chunks = range(len(validated["chunks"])) if validated else range(0)
-    units = ["finalize"] if final else [str(i) for i in chunks] if validated else ["validate"]
-    if final is None and validated is not None:
-        counts = jobs.store.get_many([keys.chunk(batch_id, i) for i in chunks])
-        units = [unit for unit, count in zip(units, counts, strict=True) if count is None]
+    if batch.finalizing is not None:
+        units = ["finalize"]
+    elif batch.validated is not None:
+        units = [str(i) for i, count in batch.counts.items() if count is None]
+    else:
+        units = ["validate"]
     held = jobs.store.get_many([keys.lease(batch_id, unit) for unit in units])
+    running = batch.finalizing is None and batch.validated is not None
     # Stopping waits for the validation (its lines are what get the batch_cancelled / batch_expired lines: every
     # custom_id once), then for the chunks in workers' hands.
-    if final is None and validated is not None and (cancel is not None or now >= record["expires_at"]):
+    if running and (batch.cancel is not None or now >= batch.record["expires_at"]):
         if not any(leases.live(lease, now) for lease in held):
-            finishing.claim(jobs, batch_id, "cancelled" if cancel is not None else "expired")
+            finalize.claim(jobs, batch_id, "cancelled" if batch.cancel is not None else "expired")
         return False
-    if validated is not None and final is None and not units:
-        finishing.complete_if_done(jobs, batch_id)  # its last chunk's worker died between done and the claim
+    if running and not units:
+        finalize.if_complete(jobs, batch_id)  # its last chunk's worker died between its counts and the claim
     if pending is not None:
         for unit, lease in zip(units, held, strict=True):
             if leases.lost(lease, now, pending, leases.task_of(batch_id, unit)):

@@ -4,16 +4,18 @@ the API that enqueues them and the workers that run them agree. Each only calls 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from huey.api import TaskWrapper
+from service.jobs import chunks, finalize, reaping, validation
+from service.jobs.context import Jobs
 
-from service.jobs import chunks, finishing, reaping, validation
-from service.jobs.queue import Jobs
+if TYPE_CHECKING:  # huey itself is imported when a process first builds its queue (service.jobs.queue)
+    from huey.api import TaskWrapper
 
 
 @dataclass(frozen=True)
 class Tasks:
-    """Calling one enqueues it: ``tasks.chunk(batch_id, 3)``. The reaper goes first, then what finishes a batch,
+    """Calling one enqueues it: ``tasks.chunk(batch_id, 3)``. The reaper goes first, then what finalizes a batch,
     then validation (a batch starts soon), then the chunks in the order they were queued."""
 
     validate: TaskWrapper
@@ -28,5 +30,5 @@ def register(jobs: Jobs) -> Tasks:
     return Tasks(
         validate=task(name="validate", priority=50)(lambda batch_id: validation.validate(jobs, batch_id)),
         chunk=task(name="chunk")(lambda batch_id, index: chunks.run(jobs, batch_id, index)),
-        finalize=task(name="finalize", priority=80)(lambda batch_id: finishing.finish(jobs, batch_id)),
+        finalize=task(name="finalize", priority=80)(lambda batch_id: finalize.run(jobs, batch_id)),
         reap=task(name="reap", priority=100)(lambda token: reaping.chain(jobs, token)))

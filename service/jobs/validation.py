@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from service.jobs import keys, leases, reaping
-from service.jobs.queue import Jobs
+from service.jobs.context import Jobs
 
 LISTED_ERRORS = 100  # a failed batch lists this many problems at most (the first ones)
 MAX_CUSTOM_ID = 512

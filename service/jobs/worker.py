@@ -14,9 +14,9 @@ import os
 import signal
 import sys
 
-# A worker is one BLAS thread, as a web worker: the processes are the parallelism. Set before numpy is imported.
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")
+from service.runtime import process  # noqa: F401  (one BLAS thread a process, before anything imports numpy)
+from service.settings import current, refusing
+
 # Inherited from the API's gunicorn: the web workers' metrics folder is not this process's to write in.
 os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
@@ -29,12 +29,14 @@ def main(argv: list[str] | None = None) -> int:
                             formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     # Until Huey's consumer takes the signals over: a SIGINT during start-up (a quick stop) exits cleanly.
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
-    logging.basicConfig(level=os.environ.get("ATTENTION_WORKER_LOGLEVEL", "INFO").upper(),
+    settings = current()  # a bad value ends the worker here, in one line
+    logging.basicConfig(level=settings.jobs.worker_loglevel.upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     from service.jobs import queue, reaping
     from service.operations import catalogue
 
-    catalogue.install(catalogue.from_env())  # the model endpoint's items need the served models, as the API does
+    with refusing():  # the model endpoint's items need the served models, as the API does
+        catalogue.install(catalogue.load(settings.models))
     jobs = queue.current()
     reaping.watch(jobs)
     consumer = jobs.huey.create_consumer(workers=1, periodic=False, initial_delay=0.05, backoff=1.5,

@@ -1,11 +1,11 @@
 """Many v1 requests answered at once, each exactly as its single endpoint would answer it. No Flask here:
 POST /v1/batch (service.edge.v1.batch) and the batch jobs' workers (service.jobs) both answer through it.
 
-Order, per item: its body loaded with its endpoint's schema (a 422 of its own), admitted and sized against the
-limits as alone (a 422 of its own), then the sized items computed together (service.operations.batching) and each
-answer rounded as its endpoint rounds. A refused item never affects the others. Pointers in an item's problem are
-prefixed with ``root(index)``: ``/requests/3/body/query/0`` in /v1/batch, ``/query/0`` (relative to the body) in a
-job's error file.
+Order, per item: its body loaded with its endpoint's schema (a 422 of its own), prepared as alone (its model
+resolved, sized and checked against the limits: a 4xx of its own), then the prepared items computed together
+(service.operations.batching) and each answer rounded as its endpoint rounds. A refused item never affects the
+others. Pointers in an item's problem are prefixed with ``root(index)``: ``/requests/3/body/query/0`` in /v1/batch,
+``/query/0`` (relative to the body) in a job's error file.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from marshmallow import Schema, ValidationError
 
 from attention.errors import AttentionError
 from service.operations import batching, sizes
-from service.operations.limits import Limits
+from service.operations.inputs import Prepared
 from service.operations.registry import BATCH_OPERATIONS
 from service.operations.rounding import round_arrays
 from service.problems import InternalError, Problem, attention_problem, invalid, pointer
+from service.settings import Limits
 
 log = logging.getLogger(__name__)
 Root = Callable[[int], tuple[str | int, ...]]  # item index -> the path parts of its body
@@ -32,12 +33,12 @@ REQUESTS: dict[str, Schema] = {name: op.batch_request() for name, op in BATCH_OP
 
 @dataclass(frozen=True)
 class Sized:
-    """An item within its own limits: where it is, what it asks for, and what it costs (service.operations.sizes)."""
+    """An item within its own limits: where it is, its request prepared, and what it costs
+    (service.operations.sizes)."""
 
     index: int
     op: str
-    params: sizes.Params
-    work: sizes.Work
+    prepared: Prepared
     cost: int
 
 
@@ -52,26 +53,23 @@ def size(items: Sequence[tuple[str, Any]], limits: Limits, root: Root) -> tuple[
         except ValidationError as error:  # its detail names the pointers from the root too
             refused[index] = invalid(error.messages, root(index))
             continue
-        try:
-            if operation.admit is not None:
-                operation.admit(params, limits)
-            work = operation.work(params)
-            sizes.check(work, limits)  # as its single endpoint would: a 422 of its own, counting nothing
+        try:  # as its single endpoint would: a 4xx of its own, counting nothing
+            prepared = operation.prepare(operation.resolved(params), limits)
         except Problem as error:
             refused[index] = rooted(root(index), error)
         else:
-            sized.append(Sized(index, op, params, work, sizes.cost(work)))
+            sized.append(Sized(index, op, prepared, sizes.cost(prepared.work)))
     return refused, sized
 
 
-def compute(sized: Sequence[Sized], limits: Limits, root: Root) -> Iterator[tuple[int, dict[str, Any] | Problem]]:
+def compute(sized: Sequence[Sized], root: Root) -> Iterator[tuple[int, dict[str, Any] | Problem]]:
     """``(index, answer or problem)`` of each sized item, computed together (service.operations.batching)."""
-    results = batching.run([(item.op, item.params) for item in sized], limits)
+    results = batching.run([(item.op, item.prepared) for item in sized])
     for item, result in zip(sized, results, strict=True):
         if isinstance(result, Exception):
             yield item.index, rooted(root(item.index), result)
         else:  # rounded, exactly as the single endpoint does
-            yield item.index, round_arrays(result, item.params.get("decimals"))
+            yield item.index, round_arrays(result, item.prepared.params.get("decimals"))
 
 
 def budgets(sized: Sequence[Sized], maximum: int) -> Iterator[list[Sized]]:
@@ -81,11 +79,12 @@ def budgets(sized: Sequence[Sized], maximum: int) -> Iterator[list[Sized]]:
     run: list[Sized] = []
     cost, drawn = 0, {}  # the run's: units of work, and each distinct seeded layer's draws
     for item in sized:
-        more = dict([item.work.draws]) if item.work.draws and item.work.draws[0] not in drawn else {}
+        draws = item.prepared.work.draws
+        more = dict([draws]) if draws and draws[0] not in drawn else {}
         if run and cost + item.cost + sum(drawn.values()) + sum(more.values()) > maximum:
             yield run
             run, cost, drawn = [], 0, {}
-            more = dict([item.work.draws]) if item.work.draws else {}
+            more = dict([draws]) if draws else {}
         run.append(item)
         cost += item.cost
         drawn.update(more)

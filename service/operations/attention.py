@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import attention as engine
 from service.operations import sizes
-from service.operations.inputs import EngineCall, Result, answer, cast, masking
-from service.operations.limits import Limits
+from service.operations.inputs import EngineCall, Prepared, Result, answer, cast, masking, sized
 from service.operations.sizes import Along, Params, Work
 from service.problems import pointer
 
@@ -23,16 +22,18 @@ def work(params: Params) -> Work:
     return Work(dims, **sizes.weighing(params, batch * q.shape[-2] * k.shape[-2], pointer("query")), along=(output,))
 
 
-def compute(params: Params, limits: Limits) -> Result:
+prepare = sized(work)
+
+
+def compute(prepared: Prepared) -> Result:
     """softmax(Q K^T * scale) V. Q (B?, n_q, d_k), K (B?, n_k, d_k), V (B?, n_k, d_v), mask (.., n_q, n_k).
 
     -> output (B?, n_q, d_v), weights (B?, n_q, n_k), trace {scores, scaled_scores, masked_scores, weights}.
     """
-    size = work(params)
-    sizes.check(size, limits)
+    params = prepared.params
     q, k, v = (cast(params[name], params["dtype"], name) for name in QKV)
     mask, options = params["mask"], {"scale": params["scale"], "causal": params["causal"]}
-    with EngineCall(("query",), _culprits, params, size.weights):
+    with EngineCall(("query",), _culprits, params, prepared.work.weights):
         return answer(params, lambda weights: engine.scaled_dot_product_attention(q, k, v, mask,
                                                                                   return_weights=weights, **options),
                       lambda: engine.trace_attention(q, k, v, mask, **options))

@@ -22,8 +22,8 @@ An operation with nothing to stack (a trained model's texts) declares its own ``
 
 Computed one by one, exactly as their single endpoints: groups of one, ``trace`` items (their
 intermediates are per item anyway), ``embed`` and ``positional-encoding`` (no engine work worth
-stacking). A group whose stacked call fails (say a mask that fits none of its items, or an item
-past a limit) is recomputed item by item, so each item gets its own answer.
+stacking). Every item comes prepared (sized and checked against the limits as alone). A group whose stacked call
+fails (say a mask that fits none of its items) is recomputed item by item, so each item gets its own answer.
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 
 import attention as engine
-from service.operations.limits import Limits
+from service.operations.inputs import Prepared
 from service.operations.registry import OPERATIONS, Result
-from service.operations.sizes import Params
 from service.runtime import metrics
 
 # Not options: the mask is stacked; decimals only rounds each item's answer; tokens are in the key
@@ -49,49 +48,49 @@ NOT_IN_KEY = frozenset({"mask", "decimals", "tokens"})
 
 @dataclasses.dataclass
 class Job:
-    """One item: its op, params as its compute function takes them, and what it is grouped by."""
+    """One item: its op, the prepared request its compute function takes, and what it is grouped by."""
 
     op: str
-    params: Params
+    prepared: Prepared
     stacked: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> aligned array
     key: Hashable = None  # None: computed alone
 
 
-def run(items: list[tuple[str, Params]], limits: Limits) -> list[Result | Exception]:
-    """Compute validated ``(op, params)`` items; one result or exception per item, in order.
+def run(items: list[tuple[str, Prepared]]) -> list[Result | Exception]:
+    """Compute prepared ``(op, prepared)`` items; one result or exception per item, in order.
 
     An exception is what the item's single endpoint would have raised (a ``Problem``, the
     engine's ``AttentionError``, or a bug); it never affects the other items.
     """
     answers: list[Result | Exception | None] = [None] * len(items)
     groups: dict[Hashable, list[tuple[int, Job]]] = {}
-    for index, (op, params) in enumerate(items):
+    for index, (op, prepared) in enumerate(items):
         try:
-            job = prepare(op, params)
+            job = grouped(op, prepared)
         except Exception as error:
             answers[index] = error
             continue
         groups.setdefault(job.key if job.key is not None else ("alone", index), []).append((index, job))
     for members in groups.values():
         indices = [index for index, _ in members]
-        for index, answer in zip(indices, compute_group([job for _, job in members], limits), strict=True):
+        for index, answer in zip(indices, compute_group([job for _, job in members]), strict=True):
             answers[index] = answer
     return answers  # type: ignore[return-value]  # every slot is filled above
 
 
-def prepare(op: str, params: Params) -> Job:
+def grouped(op: str, prepared: Prepared) -> Job:
     """The item made stackable: arrays aligned, key computed. Tokens are embedded later with their whole
     group."""
-    operation = OPERATIONS[op]
+    operation, params = OPERATIONS[op], prepared.params
     if operation.grouping is not None:  # nothing to stack: the operation says what goes together
-        key = operation.grouping.key(params)
-        return Job(op, params, key=None if key is None else (op, key))
+        key = operation.grouping.key(prepared)
+        return Job(op, prepared, key=None if key is None else (op, key))
     stacked = operation.stacked
     if not stacked or params.get("trace"):
-        return Job(op, params)
+        return Job(op, prepared)
     if "tokens" in params:
         if not all(word in engine.EMBEDDINGS for word in params["tokens"]):
-            return Job(op, params)  # alone: its own compute names the unknown words
+            return Job(op, prepared)  # alone: its own compute names the unknown words
         rank, arrays = 2, {}
         words = len(params["tokens"])  # with d_model (in the options below): the shape of its embeddings
     else:
@@ -104,44 +103,45 @@ def prepare(op: str, params: Params) -> Job:
         arrays["mask"] = _lead(mask, rank + per_head)
     options = {name: value for name, value in params.items() if name not in NOT_IN_KEY and name not in arrays}
     shapes = tuple((name, array.shape, array.dtype.str) for name, array in arrays.items())
-    return Job(op, params, arrays, (op, words, shapes, _frozen(options)))
+    return Job(op, prepared, arrays, (op, words, shapes, _frozen(options)))
 
 
-def compute_group(jobs: list[Job], limits: Limits) -> list[Result | Exception]:
-    """Results of jobs sharing a key: stacked in one compute call, or one by one."""
+def compute_group(jobs: list[Job]) -> list[Result | Exception]:
+    """Results of jobs sharing a key (each prepared, so each within its limits): stacked in one compute call, or
+    one by one."""
     if len(jobs) > 1:
         operation = OPERATIONS[jobs[0].op]
-        # Each item was within the size limits iff the stack is within G times them (same shapes).
-        group_limits = dataclasses.replace(limits, max_weight_elements=limits.max_weight_elements * len(jobs),
-                                           max_output_elements=limits.max_output_elements * len(jobs))
         try:
             with metrics.unrecorded() as held:  # counted only if kept: a failed stack is recomputed item by item
-                if operation.grouping is not None:  # each item checked against the limits as alone
-                    results = operation.grouping.compute([job.params for job in jobs], limits)
+                if operation.grouping is not None:
+                    results = operation.grouping.compute([job.prepared for job in jobs])
                 else:
-                    results = _split(operation.compute(_merge(jobs), group_limits), len(jobs))
+                    results = _split(operation.compute(_merge(jobs)), len(jobs))
         except Exception:
             pass
         else:
             metrics.record(held)
             return results
-    return [_alone(job, limits) for job in jobs]
+    return [_alone(job) for job in jobs]
 
 
-def _merge(jobs: list[Job]) -> Params:
-    """The params of one call for the whole group: its arrays stacked on a new leading axis (G, ...),
-    and the items' tokens embedded in one gather, (G * n, d_model) -> (G, n, d_model)."""
-    merged = {**jobs[0].params, **{name: np.stack([job.stacked[name] for job in jobs]) for name in jobs[0].stacked}}
+def _merge(jobs: list[Job]) -> Prepared:
+    """The request of one call for the whole group: its arrays stacked on a new leading axis (G, ...), the items'
+    tokens embedded in one gather, (G * n, d_model) -> (G, n, d_model), and the weights of all its items."""
+    first = jobs[0].prepared
+    merged = {**first.params, **{name: np.stack([job.stacked[name] for job in jobs]) for name in jobs[0].stacked}}
     if "tokens" in merged:
-        embedded = engine.embed([word for job in jobs for word in job.params["tokens"]], merged.get("d_model"))
+        embedded = engine.embed([word for job in jobs for word in job.prepared.params["tokens"]],
+                                merged.get("d_model"))
         merged["embeddings"] = embedded.reshape(len(jobs), -1, embedded.shape[-1])
         del merged["tokens"]
-    return merged
+    weights = sum(job.prepared.work.weights for job in jobs)
+    return Prepared(merged, dataclasses.replace(first.work, weights=weights))
 
 
-def _alone(job: Job, limits: Limits) -> Result | Exception:
+def _alone(job: Job) -> Result | Exception:
     try:
-        return OPERATIONS[job.op].compute(job.params, limits)
+        return OPERATIONS[job.op].compute(job.prepared)
     except Exception as error:
         return error
 

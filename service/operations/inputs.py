@@ -1,22 +1,48 @@
-"""A request's inputs made ready for the engine: precision, the toy sentence, and the engine call's errors.
+"""A request's inputs made ready for the engine: the prepared request, precision, the toy sentence, and the engine
+call's errors.
 
-Shared by the operation families (attention, layers, reference); shapes are checked by service.operations.sizes
-before any of this runs.
+Shared by the operation families (attention, layers, reference, pretrained). A request is prepared once
+(:class:`Prepared`): sized and checked against the limits (service.operations.sizes) before any compute, with what
+its operation found on the way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import attention as engine
-from service.operations.sizes import Params, batch_size
+from service.operations import sizes
+from service.operations.sizes import Params, Work, batch_size
 from service.problems import UNKNOWN_TOKEN, ValidationProblem, pointer
 from service.runtime import metrics
+from service.settings import Limits
 
 Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One request made ready, once: its ``params``, what it computes (``work``, already checked against the
+    limits), and what its operation found on the way (``found``: a model, its word pieces, the chosen layers and
+    heads), which its compute takes from here rather than finding again."""
+
+    params: Params
+    work: Work
+    found: Any = None
+
+
+def sized(work: Callable[[Params], Work]) -> Callable[[Params, Limits], Prepared]:
+    """The ``prepare`` of an operation that finds nothing but its size: ``work(params)``, checked."""
+    def prepare(params: Params, limits: Limits) -> Prepared:
+        size = work(params)
+        sizes.check(size, limits)
+        return Prepared(params, size)
+
+    return prepare
 
 
 def cast(array: np.ndarray, dtype: str, name: str) -> np.ndarray:

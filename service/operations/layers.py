@@ -1,7 +1,7 @@
 """Attention layers on a sentence: self-attention, multi-head attention and the encoder stack.
 
-Each operation is a ``work_*`` (what it computes, from shapes: service.operations.sizes) and a ``compute_*``
-(checks that work against the limits, then runs the engine's layer on the sentence).
+Each operation is a ``work_*`` (what it computes, from shapes: service.operations.sizes; the registry prepares a
+request by it) and a ``compute_*`` (runs the engine's layer on the prepared request's sentence).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import attention as engine
 from service.operations import sizes
 from service.operations.inputs import (
     EngineCall,
+    Prepared,
     Result,
     answer,
     explicit_weights,
@@ -21,7 +22,6 @@ from service.operations.inputs import (
     sentence_dims,
     sentence_shape,
 )
-from service.operations.limits import Limits
 from service.operations.sizes import ENCODER_TRACE_ARRAYS, LAYER_TRACE_ARRAYS, Along, Params, Work
 from service.problems import pointer
 
@@ -66,14 +66,13 @@ def work_self_attention(params: Params) -> Work:
                 draws=_draws(params, "self-attention", d, 3 * d * width))
 
 
-def compute_self_attention(params: Params, limits: Limits) -> Result:
+def compute_self_attention(prepared: Prepared) -> Result:
     """One head: X (B?, n, d_model) -> output (B?, n, d_k), weights (B?, n, n), trace adds q, k, v."""
-    size = work_self_attention(params)
-    sizes.check(size, limits)
+    params = prepared.params
     x = sentence(params)
     layer = engine.SelfAttention(x.shape[-1], width_of_self_attention(params), params["seed"],
                                  **explicit_weights(params))
-    return _run_layer(layer, x, params, size.weights)
+    return _run_layer(layer, x, params, prepared.work.weights)
 
 
 def work_multi_head(params: Params) -> Work:
@@ -88,13 +87,12 @@ def work_multi_head(params: Params) -> Work:
                 draws=_draws(params, "multi-head-attention", d, 4 * d * d))
 
 
-def compute_multi_head(params: Params, limits: Limits) -> Result:
+def compute_multi_head(prepared: Prepared) -> Result:
     """h heads: X (B?, n, d_model) -> output (B?, n, d_model), weights (B?, h, n, n), trace per head."""
-    size = work_multi_head(params)
-    sizes.check(size, limits)
+    params = prepared.params
     x = sentence(params)
     layer = engine.MultiHeadAttention(x.shape[-1], params["n_heads"], params["seed"], **explicit_weights(params))
-    return _run_layer(layer, x, params, size.weights)
+    return _run_layer(layer, x, params, prepared.work.weights)
 
 
 def _run_layer(layer: engine.SelfAttention | engine.MultiHeadAttention, x: np.ndarray, params: Params,
@@ -132,14 +130,13 @@ def work_encoder(params: Params) -> Work:
                 macs=batch * n * layers * per_layer, draws=_draws(params, "encoder", d, layers * per_layer))
 
 
-def compute_encoder(params: Params, limits: Limits) -> Result:
+def compute_encoder(prepared: Prepared) -> Result:
     """n_layers encoder blocks: X (B?, n, d_model) -> output (B?, n, d_model), layers [{weights (B?, h, n, n)}]."""
-    size = work_encoder(params)
-    sizes.check(size, limits)
+    params = prepared.params
     x = sentence(params)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
-    with EngineCall(LAYER_INPUTS, _input_culprits, params, size.weights):
+    with EngineCall(LAYER_INPUTS, _input_culprits, params, prepared.work.weights):
         if params["trace"]:
             layers = encoder.trace(x, **options)
             return {"output": layers[-1].output, "layers": [

@@ -12,21 +12,21 @@ import numpy as np
 
 import attention as engine
 from service.operations import pretrained, sizes
-from service.operations.catalogue import ServedModel, lookup
+from service.operations.catalogue import ServedModel
 from service.operations.inputs import EngineCall, Result
-from service.operations.limits import Limits
 from service.operations.sizes import Along, Params, Work
 from service.problems import ValidationProblem, pointer
+from service.settings import Limits
 
 TEXT = pointer("text")
 
 
 def compute(params: Params, limits: Limits) -> Result:
-    """``params``: model, text (list of B str), layers and heads (sorted lists, or None: all), return_weights.
+    """``params``: model (served), text (list of B str), layers and heads (lists, or None: all), return_weights.
     -> {tokens (B, n) object array of str, "" past an item's end; last_hidden_state (B, n, d_model) float32,
     zeros past an item's end; attentions (B, L_sel, H_sel, n, n) float32 when return_weights}, n the longest
     item's tokens. Every check (each text, then the batch's size) comes before the engine runs."""
-    model = lookup(params["model"])
+    model: ServedModel = params["model"]
     config = model.config
     layers = pretrained.selected(params, "layers", config.n_layers)
     heads = pretrained.selected(params, "heads", config.n_heads)
@@ -52,7 +52,7 @@ def compute(params: Params, limits: Limits) -> Result:
 def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> engine.Encoded:
     """Item ``index``'s word pieces after the checks of a v1 text (whitespace, max_text_chars before tokenizing,
     a token besides the specials, max_positions, max_sequence_length), every error pointing at /text/index."""
-    item = {"model": model.name, "text": params["text"][index]}
+    item = {"model": model, "text": params["text"][index]}
     try:
         if not item["text"].strip():
             raise ValidationProblem.at(TEXT, "Must hold something other than whitespace.")

@@ -15,9 +15,9 @@ import numpy as np
 import attention as engine
 from service.operations.heatmap import render_heatmap
 from service.operations.inputs import Result
-from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Drawing
 from service.operations.sizes import Params
+from service.settings import Limits
 
 
 def draw(weights: np.ndarray, limits: Limits, *, where: dict[str, str], **options: Any) -> str:
@@ -96,7 +96,7 @@ def compute_heatmap(drawing: Drawing, params: Params, result: Result, limits: Li
 
 # Each demo that shows weights, as the request to an operation that computes exactly its weights (a unit test
 # checks they are equal bit for bit), so its picture states the settings and the mask as that answer's would.
-_EMBEDDINGS = engine.embed(engine.demos.SENTENCE).tolist()
+_EMBEDDINGS = [engine.EMBEDDINGS[word].tolist() for word in engine.demos.SENTENCE]
 DEMO_REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
     "lookup": ("attention", {"query": _EMBEDDINGS[-1:], "key": _EMBEDDINGS, "value": _EMBEDDINGS}),
     "causal-mask": ("self-attention", {"tokens": engine.demos.SENTENCE, "seed": 3, "positional_encoding": True,

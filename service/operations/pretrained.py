@@ -1,30 +1,41 @@
 """A trained model on any sentence: POST /v1/models/{model}/attention, the /v1/batch op ``model-attention`` and
 the model's /v2 entry.
 
-``admit`` judges the text's length before anything reads it (tokenizing takes ~2 s a megabyte), ``work`` tokenizes
-and says what the request computes (service.operations.sizes), ``compute`` runs the engine's BERT and keeps the
-selected layers and heads; ``compute_many`` runs items of one :func:`group_key` (model, length, options) as one
-engine call, which /v1/batch groups them by.
+``prepare`` makes a request ready once: it judges the text's length before anything reads it (tokenizing takes
+~2 s a megabyte), tokenizes it, chooses the layers and heads and says what the request computes
+(service.operations.sizes); ``compute`` runs the engine's BERT on what it found and keeps the selected layers and
+heads; ``compute_many`` runs items of one :func:`group_key` (model, length, options) as one engine call, which
+/v1/batch groups them by.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 import numpy as np
-from cachetools import LRUCache, cached
 
 import attention as engine
 from service.operations import sizes
-from service.operations.catalogue import ServedModel, lookup
-from service.operations.inputs import EngineCall, Result
-from service.operations.limits import Limits
+from service.operations.catalogue import ServedModel
+from service.operations.inputs import EngineCall, Prepared, Result
 from service.operations.sizes import ENCODER_TRACE_ARRAYS, Along, Params, Work
 from service.problems import ValidationProblem, pointer
+from service.settings import Limits
 
 TEXTS = ("text", "text_pair")
 FEWER = (pointer("layers"), pointer("heads"))
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """What preparing a model's request found: the model, the text's word pieces, the chosen layers and heads
+    (sorted)."""
+
+    model: ServedModel
+    encoding: engine.Encoded
+    layers: list[int]
+    heads: list[int]
 
 
 def admit(params: Params, limits: Limits) -> None:
@@ -34,19 +45,9 @@ def admit(params: Params, limits: Limits) -> None:
             limits.check("max_text_chars", len(params[name]), pointer=pointer(name))
 
 
-# work() and compute() of one request, and the same sentences again. Bounded by word pieces, not entries: a
-# 10,000-character text is ~7,000 pieces (~0.4 MB with its arrays), so 512 entries of them would be ~200 MB.
-CACHED_PIECES = 1 << 16  # ~4 MB
-
-
-@cached(LRUCache(maxsize=CACHED_PIECES, getsizeof=lambda encoding: len(encoding.tokens)), lock=threading.Lock())
-def _encode(tokenizer: engine.WordPieces, text: str, pair: str | None) -> engine.Encoded:
-    return tokenizer.encode(text, pair)
-
-
 def encoded(model: ServedModel, params: Params) -> engine.Encoded:
     """The request's word pieces; a text or text_pair with no token but the specials ([CLS] [SEP]) is a 422."""
-    encoding = _encode(model.pretrained.tokenizer, params["text"], params.get("text_pair"))
+    encoding = model.pretrained.tokenizer.encode(params["text"], params.get("text_pair"))
     for segment, where in enumerate(TEXTS):  # text's word pieces are of type 0, text_pair's of type 1
         if where in params and not (~encoding.special & (encoding.type_ids == segment)).any():
             raise ValidationProblem.at(pointer(where), f"The model's tokenizer finds no token in {where} "
@@ -77,85 +78,84 @@ def selected(params: Params, name: str, count: int) -> list[int]:
     return sorted(chosen)
 
 
-def work(params: Params) -> Work:
+def prepare(params: Params, limits: Limits) -> Prepared:
+    """The request made ready: its text judged by length, tokenized once, its layers and heads chosen, its size
+    checked; ``params["model"]`` is the served model (the route, or a batch item's name, resolved it)."""
+    admit(params, limits)
+    model: ServedModel = params["model"]
+    config = model.config
+    found = ModelInput(model, positioned(model, params), selected(params, "layers", config.n_layers),
+                       selected(params, "heads", config.n_heads))
+    size = work(params, found)
+    sizes.check(size, limits)
+    return Prepared(params, size, found)
+
+
+def work(params: Params, found: ModelInput) -> Work:
     """One sentence of n tokens: L_sel * h_sel * n * n weights returned; per layer B * n * d_ff hidden numbers
     computed only; n * d_model outputs (with hidden states L + 1 more, with trace 7 a selected layer)."""
-    model = lookup(params["model"])
-    config = model.config
-    n = len(positioned(model, params).tokens)
-    layers = selected(params, "layers", config.n_layers)
-    heads = selected(params, "heads", config.n_heads)
+    config = found.model.config
+    n = len(found.encoding.tokens)
     where = pointer("text")
     arrays = 1 + (config.n_layers + 1) * params["return_hidden_states"]
-    arrays += ENCODER_TRACE_ARRAYS * len(layers) * params["trace"]
+    arrays += ENCODER_TRACE_ARRAYS * len(found.layers) * params["trace"]
     hidden = Along(n * config.d_ff, 1, where, returned=False, repeat=config.n_layers)
     per_layer = 4 * config.d_model**2 + 2 * config.d_model * config.d_ff  # Q, K, V, W_o, W_1, W_2
     return Work((("max_sequence_length", n, where),),
-                **sizes.weighing(params, len(layers) * len(heads) * n * n, pointer("layers")),
+                **sizes.weighing(params, len(found.layers) * len(found.heads) * n * n, pointer("layers")),
                 along=(hidden, Along(n * config.d_model, arrays, where)), macs=n * config.n_layers * per_layer,
                 fewer=FEWER)
 
 
-def group_key(params: Params) -> Hashable | None:
+def group_key(prepared: Prepared) -> Hashable | None:
     """What /v1/batch computes items together by: the model, the length in tokens and every option that changes
     the compute; None (alone) with trace, whose intermediates are per item anyway."""
+    params, found = prepared.params, prepared.found
     if params["trace"]:
         return None
-    model = lookup(params["model"])
-    n = len(encoded(model, params).tokens)
-    return (model.name, n, params["dtype"], tuple(selected(params, "layers", model.config.n_layers)),
-            tuple(selected(params, "heads", model.config.n_heads)), params["return_hidden_states"])
+    return (found.model.name, len(found.encoding.tokens), params["dtype"], tuple(found.layers), tuple(found.heads),
+            params["return_hidden_states"])
 
 
-def compute(params: Params, limits: Limits) -> Result:
+def compute(prepared: Prepared) -> Result:
     """{tokens, token_ids, output (n, d_model), layers [{layer, heads, weights (h_sel, n, n), trace?}],
-    hidden_states?}: the model on the request's text, after every check."""
-    return compute_many([params], limits)[0]
+    hidden_states?}: the model on the request's text."""
+    return compute_many([prepared])[0]
 
 
-def compute_many(items: list[Params], limits: Limits) -> list[Result]:
-    """Answers to items of one :func:`group_key` (or one item), each checked as alone, in ONE engine call:
-    their word pieces stacked (G, n), every layer computed once for all of them."""
-    works = []
-    for params in items:
-        admit(params, limits)
-        works.append(work(params))
-        sizes.check(works[-1], limits)
+def compute_many(items: list[Prepared]) -> list[Result]:
+    """Answers to items of one :func:`group_key` (or one item), in ONE engine call: their word pieces stacked
+    (G, n), every layer computed once for all of them."""
     first = items[0]
-    model = lookup(first["model"])
-    encodings = [encoded(model, params) for params in items]
-    with EngineCall((), list, first, sum(size.weights for size in works)):
-        if first["trace"]:  # alone (group_key)
-            return [_traced(model, first, encodings[0])]
-        return _computed(model, first, encodings)
+    with EngineCall((), list, first.params, sum(item.work.weights for item in items)):
+        if first.params["trace"]:  # alone (group_key)
+            return [_traced(first)]
+        return _computed(first, [item.found.encoding for item in items])
 
 
-def _computed(model: ServedModel, options: Params, encodings: list[engine.Encoded]) -> list[Result]:
+def _computed(first: Prepared, encodings: list[engine.Encoded]) -> list[Result]:
     """The forward pass of G texts of one length, split into G answers."""
-    config = model.config
-    layers = selected(options, "layers", config.n_layers)
-    heads = selected(options, "heads", config.n_heads)
+    options, found = first.params, first.found
     ids = np.stack([encoding.ids for encoding in encodings])                # (G, n)
     types = np.stack([encoding.type_ids for encoding in encodings])         # (G, n)
-    out = model.pretrained.bert(ids, types, dtype=options["dtype"], weights_of=layers, heads=heads,
-                                hidden_states=options["return_hidden_states"])
+    out = found.model.pretrained.bert(ids, types, dtype=options["dtype"], weights_of=found.layers, heads=found.heads,
+                                      hidden_states=options["return_hidden_states"])
     answers = []
     for g, encoding in enumerate(encodings):
         answer = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": out.output[g],
-                  "layers": [{"layer": i, "heads": heads, "weights": out.weights[i][g]} for i in layers]}
+                  "layers": [{"layer": i, "heads": found.heads, "weights": out.weights[i][g]} for i in found.layers]}
         if out.hidden_states is not None:
             answer["hidden_states"] = [state[g] for state in out.hidden_states]   # n_layers + 1 of (n, d_model)
         answers.append(answer)
     return answers
 
 
-def _traced(model: ServedModel, params: Params, encoding: engine.Encoded) -> Result:
+def _traced(prepared: Prepared) -> Result:
     """One text with every stage of its selected layers and heads (only those are kept)."""
-    config = model.config
-    layers = selected(params, "layers", config.n_layers)
-    heads = selected(params, "heads", config.n_heads)
-    trace = model.pretrained.bert.trace(encoding.ids[None], encoding.type_ids[None], dtype=params["dtype"],
-                                        layers=layers, heads=heads)
+    params, found = prepared.params, prepared.found
+    encoding, layers, heads = found.encoding, found.layers, found.heads
+    trace = found.model.pretrained.bert.trace(encoding.ids[None], encoding.type_ids[None], dtype=params["dtype"],
+                                              layers=layers, heads=heads)
     result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist(), "output": trace.output[0],
               "layers": [_traced_layer(i, heads, trace.layers[i]) for i in layers]}
     if params["return_hidden_states"]:
@@ -174,7 +174,7 @@ def _traced_layer(index: int, heads: list[int], trace: engine.EncoderLayerTrace)
 def settings(params: Params, result: Result) -> list[str]:
     """The run's settings a picture of the model's weights states: the model, its size, its trained weights and
     learned positions, no causal mask, the precision."""
-    model = lookup(params["model"])
+    model: ServedModel = params["model"]
     config = model.config
     texts = "text and text_pair" if "text_pair" in params else "text"
     return [f"model: {model.name}", f"{config.n_layers} layers × {config.n_heads} heads, d_model {config.d_model}",

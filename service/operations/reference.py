@@ -9,9 +9,7 @@ from typing import Any
 import numpy as np
 
 import attention as engine
-from service.operations import sizes
-from service.operations.inputs import Result, sentence, sentence_dims, sentence_shape
-from service.operations.limits import Limits
+from service.operations.inputs import Prepared, Result, sentence, sentence_dims, sentence_shape
 from service.operations.sizes import Along, Params, Work
 from service.problems import pointer
 
@@ -29,10 +27,9 @@ def work_embed(params: Params) -> Work:
     return Work(sentence_dims(params, n, d), along=(Along(batch * n * d, 1, pointer("tokens"), checked=False),))
 
 
-def compute_embed(params: Params, limits: Limits) -> Result:
+def compute_embed(prepared: Prepared) -> Result:
     """tokens (n,) -> embeddings (n, d_model), positional encoding added when asked."""
-    sizes.check(work_embed(params), limits)
-    return {"embeddings": sentence(params)}
+    return {"embeddings": sentence(prepared.params)}
 
 
 def work_positional_encoding(params: Params) -> Work:
@@ -42,9 +39,9 @@ def work_positional_encoding(params: Params) -> Work:
     return Work(dims, query=True, along=(Along(n * d, 1, "n_positions", checked=False),))
 
 
-def compute_positional_encoding(params: Params, limits: Limits) -> Result:
+def compute_positional_encoding(prepared: Prepared) -> Result:
     """n_positions, d_model -> encoding (n_positions, d_model)."""
-    sizes.check(work_positional_encoding(params), limits)
+    params = prepared.params
     return {"encoding": engine.positional_encoding(params["n_positions"], params["d_model"])}
 
 
@@ -53,10 +50,9 @@ def work_causal_mask(params: Params) -> Work:
     return Work((("max_sequence_length", params["size"], "size"),), query=True)
 
 
-def compute_causal_mask(params: Params, limits: Limits) -> Result:
+def compute_causal_mask(prepared: Prepared) -> Result:
     """size -> mask (size, size) lower-triangular booleans."""
-    sizes.check(work_causal_mask(params), limits)
-    return {"mask": engine.causal_mask(params["size"])}
+    return {"mask": engine.causal_mask(prepared.params["size"])}
 
 
 def run_demo(name: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The operation registry: every operation the service computes, declared once.
 
 An entry says how the operation is asked for (request and response schemas, method, path, documented example),
-what it computes (``work``: its size, service.operations.sizes) and how (``compute``), how /v1/batch stacks it,
+how a request is made ready (``prepare``: its size, service.operations.sizes, and what it finds) and computed
+(``compute``), how /v1/batch stacks it,
 how a mask is read, what its picture is and, for those served over /v2, the model's tensors and parameters. The
 /v1 routes, /v1/batch, the /v2 models, the heatmaps and the OpenAPI examples are all derived from ``OPERATIONS``.
 """
@@ -28,10 +29,12 @@ from schemas.reference import (
     PositionalEncodingResponse,
 )
 from schemas.v2 import AttentionParameters, MultiHeadParameters
-from service.operations import attention, layers, pretrained, reference
+from service.operations import attention, catalogue, layers, pretrained, reference
 from service.operations.catalogue import DEFAULT_NAME
-from service.operations.limits import Limits
-from service.operations.sizes import Params, Work
+from service.operations.inputs import Prepared, sized
+from service.operations.rounding import round_arrays
+from service.operations.sizes import Params
+from service.settings import Limits
 
 Result = dict[str, Any]
 Arrays = dict[str, np.ndarray]
@@ -41,7 +44,7 @@ FLOATS = ("FP32", "FP64")  # each computed in its own precision; v2 metadata sho
 @dataclass(frozen=True)
 class TensorSpec:
     """A v2 input or output: accepted datatypes (the first one shown in metadata) and ranks. ``count_limit``:
-    the limit (service.operations.limits) on an input's element count, judged from its shape before decoding."""
+    the limit (service.settings.Limits) on an input's element count, judged from its shape before decoding."""
 
     name: str
     datatypes: tuple[str, ...]
@@ -74,11 +77,11 @@ class V2Model:
 
 @dataclass(frozen=True)
 class Grouping:
-    """How /v1/batch computes items of an operation together when it does not stack arrays: ``key(params)``
-    (None: alone) and ``compute(items, limits)``, one answer per item of a key, in one engine call."""
+    """How /v1/batch computes items of an operation together when it does not stack arrays: ``key(prepared)``
+    (None: alone) and ``compute(items)``, one answer per prepared item of a key, in one engine call."""
 
-    key: Callable[[Params], Hashable | None]
-    compute: Callable[[list[Params], Limits], list[Result]]
+    key: Callable[[Prepared], Hashable | None]
+    compute: Callable[[list[Prepared]], list[Result]]
 
 
 def request_mask(params: Params) -> np.ndarray | None:
@@ -103,22 +106,23 @@ class Drawing:
 @dataclass(frozen=True)
 class Operation:
     """One operation. ``doc``: summary line, blank line, description. ``area``: the /v1 blueprint (its tag).
-    ``stacked``: the inputs /v1/batch stacks along a new axis to compute a group in one call (empty: one by one).
-    ``per_head_mask``: its mask may carry a head axis (engine.is_per_head). ``batch_request``: the body schema
-    of a batch item (None: not in /v1/batch). ``path``: under /v1, may hold a path parameter (``<model>``), which
-    joins the params; ``path_example`` gives its value for the documented example. ``admit(params, limits)``:
-    checks that must come before ``work`` can even be sized (a text's length, before it is tokenized).
-    ``grouping``: how /v1/batch groups items that have nothing to stack (a model's texts)."""
+    ``prepare(params, limits)`` makes one validated request ready, once: sized and checked against the limits
+    before any compute, with what it found on the way (service.operations.inputs.Prepared); ``compute(prepared)``
+    computes it (:meth:`answer` rounds it as the endpoint answers). ``stacked``: the inputs /v1/batch stacks along a
+    new axis to compute a group in one call (empty: one by one). ``per_head_mask``: its mask may carry a head axis
+    (engine.is_per_head). ``batch_request``: the body schema of a batch item (None: not in /v1/batch). ``path``:
+    under /v1, may hold a path parameter (``<model>``) that ``path_parameters`` resolves (a model's name to the
+    served model: an unknown one is a 404) into the params; ``path_example`` gives its value for the documented
+    example. ``grouping``: how /v1/batch groups items that have nothing to stack (a model's texts)."""
 
     name: str
     area: str
     doc: str
     request: type[Schema]
     response: type[Schema]
-    work: Callable[[Params], Work]
-    compute: Callable[[Params, Limits], Result]
+    prepare: Callable[[Params, Limits], Prepared]
+    compute: Callable[[Prepared], Result]
     example: dict[str, Any]
-    admit: Callable[[Params, Limits], None] | None = None
     grouping: Grouping | None = None
     method: str = "POST"
     stacked: tuple[str, ...] = ()
@@ -127,12 +131,21 @@ class Operation:
     batch_request: type[Schema] | None = None
     v2: V2Model | None = None
     path: str = ""
+    path_parameters: dict[str, Callable[[str], Any]] = field(default_factory=dict)
     path_example: dict[str, str] = field(default_factory=dict)
 
     @property
     def route(self) -> str:
         """The /v1 path of the operation."""
         return self.path or f"/{self.name}"
+
+    def resolved(self, params: Params) -> Params:
+        """``params`` with its path parameters resolved (a batch item names its model in its body)."""
+        return {**params, **{name: resolve(params[name]) for name, resolve in self.path_parameters.items()}}
+
+    def answer(self, params: Params, limits: Limits) -> Result:
+        """The endpoint's answer to validated, resolved ``params``: prepared, computed, rounded to its decimals."""
+        return round_arrays(self.compute(self.prepare(params, limits)), params.get("decimals"))
 
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
@@ -156,7 +169,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
 softmax(Q K^T * scale) V on explicit Q, K, V (scale defaults to 1/sqrt(d_k)). The example is the
 seed's demo 1: the query "it" against the raw toy embeddings. A query row whose keys are all
 masked gets zero weights and a zero output.""",
-        AttentionRequest, AttentionResponse, attention.work, attention.compute,
+        AttentionRequest, AttentionResponse, attention.prepare, attention.compute,
         {"query": [[0.0, 0.0, 0.0, 1.0]], "key": ONE_HOT, "value": ONE_HOT, "decimals": 4},
         stacked=("query", "key", "value"), batch_request=AttentionRequest,
         drawing=Drawing("Scaled dot-product attention weights", (), (), attention.settings),
@@ -177,7 +190,7 @@ masked gets zero weights and a zero output.""",
 
 Q, K and V are projections of the same input (embeddings, or toy-vocabulary tokens) by W_q, W_k,
 W_v drawn as the seed script does from `seed` (or given in `weights`).""",
-        SelfAttentionRequest, ModelResponse, layers.work_self_attention, layers.compute_self_attention,
+        SelfAttentionRequest, ModelResponse, sized(layers.work_self_attention), layers.compute_self_attention,
         {"tokens": ["cat", "ate", "food"], "positional_encoding": True, "causal": True, "seed": 3, "decimals": 4},
         stacked=("embeddings",), drawing=Drawing("Self-attention weights", (), (), layers.settings),
         batch_request=SelfAttentionRequest),
@@ -186,7 +199,7 @@ W_v drawn as the seed script does from `seed` (or given in `weights`).""",
 
 n_heads heads of width d_model / n_heads (head i seeded with seed + i, W_o with seed + 99),
 concatenated and mixed by W_o. The example is the seed's demo 5: the same per-head weights.""",
-        MultiHeadRequest, ModelResponse, layers.work_multi_head, layers.compute_multi_head,
+        MultiHeadRequest, ModelResponse, sized(layers.work_multi_head), layers.compute_multi_head,
         {"tokens": SENTENCE, "d_model": 8, "n_heads": 4, "positional_encoding": True, "causal": True,
          "decimals": 3},
         stacked=("embeddings",), per_head_mask=True, batch_request=MultiHeadRequest,
@@ -205,7 +218,7 @@ concatenated and mixed by W_o. The example is the seed's demo 5: the same per-he
 
 Each block: multi-head attention, add & norm, position-wise feed-forward (ReLU), add & norm.
 Returns the final output and each layer's attention weights.""",
-        EncoderRequest, EncoderResponse, layers.work_encoder, layers.compute_encoder,
+        EncoderRequest, EncoderResponse, sized(layers.work_encoder), layers.compute_encoder,
         {"tokens": ["cat", "ate", "food"], "d_model": 8, "n_heads": 2, "n_layers": 2, "decimals": 3},
         stacked=("embeddings",), per_head_mask=True,
         drawing=Drawing("Encoder attention weights", ("layer",), ("head",), layers.settings,
@@ -215,21 +228,21 @@ Returns the final output and each layer's attention weights.""",
 
 One row per token from the toy vocabulary, zero-padded to d_model, plus the positional encoding
 when asked. Unknown tokens are a 422 listing the known ones.""",
-        EmbedRequest, EmbedResponse, reference.work_embed, reference.compute_embed,
+        EmbedRequest, EmbedResponse, sized(reference.work_embed), reference.compute_embed,
         {"tokens": ["cat", "it"], "d_model": 6, "positional_encoding": True, "decimals": 4},
         batch_request=EmbedRequest),
     Operation(
         "positional-encoding", "reference", """Sinusoidal positional encoding.
 
 PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle), section 3.5.""",
-        PositionalEncodingQuery, PositionalEncodingResponse, reference.work_positional_encoding,
+        PositionalEncodingQuery, PositionalEncodingResponse, sized(reference.work_positional_encoding),
         reference.compute_positional_encoding, {"n_positions": 3, "d_model": 4, "decimals": 4}, method="GET",
         batch_request=PositionalEncodingBody),
     Operation(
         "causal-mask", "reference", """Causal mask.
 
 Lower-triangular booleans: row i may attend to columns 0..i (true = may attend).""",
-        CausalMaskQuery, CausalMaskResponse, reference.work_causal_mask, reference.compute_causal_mask,
+        CausalMaskQuery, CausalMaskResponse, sized(reference.work_causal_mask), reference.compute_causal_mask,
         {"size": 3}, method="GET"),
     Operation(
         "model-attention", "models", """A trained model's attention on any sentence.
@@ -238,11 +251,12 @@ The text (and text_pair) through the model's own tokenizer and its n_layers x n_
 computed by the numpy engine (equal to transformers' BertModel to 1e-5 in float32). Returns the word
 pieces, the last hidden state and, for the selected layers and heads (default all), the weights
 (h, n, n) as /v1/encoder's layers. The example: layer 0, head 0 of "the dog ate".""",
-        ModelAttentionRequest, ModelAttentionResponse, pretrained.work, pretrained.compute,
-        {"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3}, admit=pretrained.admit,
+        ModelAttentionRequest, ModelAttentionResponse, pretrained.prepare, pretrained.compute,
+        {"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3},
         drawing=Drawing("Attention weights", ("layer",), ("head",), pretrained.settings),
         batch_request=ModelAttentionItem,
-        path="/models/<model>/attention", path_example={"model": DEFAULT_NAME},
+        path="/models/<model>/attention", path_parameters={"model": catalogue.lookup},
+        path_example={"model": DEFAULT_NAME},
         grouping=Grouping(pretrained.group_key, pretrained.compute_many)),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}

@@ -2,8 +2,7 @@
 
 Each operation's ``work(params)`` says what it will compute (:class:`Work`); :func:`check` refuses a single
 request past a limit (422, before any compute) and :func:`cost` is its share of a batch's budget (413). One
-formula for both: a batch item is checked with :func:`check` before its cost counts. ``DESCRIPTIONS`` says the
-same in words for GET /v1/limits.
+formula for both: a batch item is checked with :func:`check` before its cost counts.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from service.operations.limits import Limits
 from service.problems import LimitExceeded, pointer
+from service.settings import Limits
 
 Params = dict[str, Any]
 
@@ -141,37 +140,3 @@ def draws(works: Iterable[Work]) -> int:
     """Random numbers drawn to build the seeded layers of a batch's items, once per distinct layer."""
     return sum(dict(work.draws for work in works if work.draws).values())
 
-
-DESCRIPTIONS = {
-    "max_body_bytes": "Request body size in bytes (413 above it, also for chunked bodies).",
-    "max_sequence_length": "Tokens per sequence (n, n_q, n_k, n_positions, size).",
-    "max_d_model": "Model width and every feature dimension (d_model, d_k, d_v).",
-    "max_d_ff": "Encoder feed-forward width.",
-    "max_heads": "Attention heads.",
-    "max_layers": "Encoder layers.",
-    "max_weight_elements": "Attention weights per request: B * h * n_q * n_k (times layers for the encoder and a "
-                           "model's selected layers and heads; with "
-                           "trace times 5, the four n * n stages and the weights beside them, or 4 when "
-                           "return_weights is false).",
-    "max_output_elements": "Numbers along the positions that a request returns, or computes in one array: "
-                           "the output of scaled dot-product attention B * n_q * d_v (a batch of queries over one "
-                           "shared key and value asks for far more than its body holds), of self-attention "
-                           "B * n * d_k, of multi-head attention and the encoder B * n * d_model; with trace also "
-                           "q, k, v (4 arrays in all; the encoder 1 + 7 per layer); and the encoder's feed-forward "
-                           "layer B * n * d_ff.",
-    "max_json_depth": "Nesting depth of the JSON body.",
-    "max_text_chars": "Code points of a model's text (and of text_pair), judged before tokenizing.",
-    "max_heatmap_cells": "Cells of one SVG heatmap, all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).",
-    "max_batch_items": "Items in one POST /v1/batch (413 above it).",
-    "max_batch_elements": "Budget of one POST /v1/batch: the numbers its items compute (attention weights "
-                          "B * h * n_q * n_k, times layers, times 5 with trace (4 without return_weights), plus "
-                          "outputs, plus the encoder's feed-forward hidden layer B * n * d_ff per layer, plus one per "
-                          "1024 multiply-adds of projections and feed-forward) plus 3 for each number they return "
-                          "(every trace array too: the answer takes the memory, ~8 M numbers at most), plus the "
-                          "random weights of each distinct seeded layer (413 above it).",
-    "max_job_requests": "Requests (lines) in a batch job's input file (POST /v1/batches: the batch fails).",
-    "max_file_bytes": "Size of an uploaded file in bytes (POST /v1/files: 413 above it, before it is stored).",
-    "max_line_bytes": "Bytes of one line of a batch job's input file (the batch fails).",
-    "file_retention_seconds": "How long an uploaded or output file is kept (its expires_at), unless a batch still "
-                              "needs it.",
-}

@@ -24,13 +24,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,25 +44,6 @@ STEADY_SECONDS = 10.0  # one that ran this long had started well: whatever ended
 KILLED_WAIT_SECONDS = 5.0  # a SIGKILLed process is gone at once, unless stuck in the kernel: never wait for ever
 
 _running: EmbeddedWorkers | None = None  # the supervisor started in this process, which a SIGHUP's reload keeps
-
-
-def worker_count() -> int:
-    """ATTENTION_EMBEDDED_WORKERS [1]: a non-negative integer, else a ValueError that names the variable."""
-    raw = os.environ.get("ATTENTION_EMBEDDED_WORKERS", "1")
-    if not re.fullmatch(r"[0-9]+", raw.strip()):
-        raise ValueError(f"ATTENTION_EMBEDDED_WORKERS must be a non-negative integer (0: none), not {raw!r}")
-    return int(raw)
-
-
-def chain(*hooks: Callable[[Arbiter], None]) -> Callable[[Arbiter], None]:
-    """One gunicorn server hook (``on_exit``, ``when_ready``...) that calls ``hooks`` in order. gunicorn checks
-    a hook's arity: it takes exactly the arbiter."""
-
-    def hook(server: Arbiter) -> None:
-        for each in hooks:
-            each(server)
-
-    return hook
 
 
 def describe(returncode: int) -> str:
@@ -100,12 +80,12 @@ class EmbeddedWorkers:
         self._interrupted: float | None = None  # when the stop signal went out
 
     @classmethod
-    def at_config_load(cls, graceful_timeout: float) -> EmbeddedWorkers:
+    def at_config_load(cls, count: int, graceful_timeout: float) -> EmbeddedWorkers:
         """This master's supervisor: the one already running here when a SIGHUP reloads the config (its workers
-        go on; a new ATTENTION_EMBEDDED_WORKERS takes a restart), else a new one."""
+        go on; a new ATTENTION_EMBEDDED_WORKERS takes a restart), else a new one of ``count`` workers."""
         if _running is not None and _running.pid == os.getpid():
             return _running
-        return cls(worker_count(), graceful_timeout)
+        return cls(count, graceful_timeout)
 
     def when_ready(self, server: Arbiter) -> None:
         """gunicorn's hook in the master, its sockets open, before it forks the first web worker."""

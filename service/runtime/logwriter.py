@@ -12,7 +12,7 @@ batches of different workers never interleave, as single lines never did.
 A write that fails (stdout closed or full) loses its lines and is reported on the app log (stderr);
 requests and the timer go on.
 
-Env: LOG_BUFFER_BYTES [4096], LOG_FLUSH_SECONDS [1]; either <= 0 writes every line at once.
+Settings: LOG_BUFFER_BYTES [4096], LOG_FLUSH_SECONDS [1]; either <= 0 writes every line at once.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import os
 
 from service.runtime.deferred import Deferred
+from service.settings import current
 
 STDOUT = 1  # the fd, not sys.stdout: whatever wraps sys.stdout, one unbuffered write per batch
 PIPE_BUF = 4096  # POSIX: writes up to this size to a pipe are atomic
@@ -75,6 +76,6 @@ def _write_all(fd: int, data: bytes) -> None:
 @functools.cache
 def stdout_lines() -> LineWriter:
     """This process's writer to stdout (shared by every app in it), configured by LOG_BUFFER_BYTES and
-    LOG_FLUSH_SECONDS when first asked for."""
-    return LineWriter(STDOUT, int(os.environ.get("LOG_BUFFER_BYTES", str(PIPE_BUF))),
-                      float(os.environ.get("LOG_FLUSH_SECONDS", "1")))
+    LOG_FLUSH_SECONDS (service.settings) when first asked for."""
+    settings = current().observability
+    return LineWriter(STDOUT, settings.log_buffer_bytes, settings.log_flush_seconds)

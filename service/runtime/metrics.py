@@ -38,6 +38,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from service.runtime.deferred import Deferred
+from service.settings import current
 
 # In multiprocess mode every update of a value asks os.getpid() (a system call) whether the process
 # forked since. prometheus-client's MultiProcessValue takes another process_identifier
@@ -130,7 +131,7 @@ class Tally(Deferred):
                 logging.getLogger(__name__).exception("a metric update of %s was lost", amount)
 
 
-TALLY = Tally(float(os.environ.get("METRICS_FLUSH_SECONDS", "1")))
+TALLY = Tally(current().observability.metrics_flush_seconds)
 
 _held: ContextVar[list[int] | None] = ContextVar("held", default=None)
 

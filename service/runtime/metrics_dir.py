@@ -36,11 +36,12 @@ class MetricsDirectory:
         self.path, self.own = path, own
 
     @classmethod
-    def at_config_load(cls) -> MetricsDirectory:
-        """Choose (PROMETHEUS_MULTIPROC_DIR, else a fresh one under $TMPDIR), make, and empty it if this is the
-        first load in this master and the directory is its own or no older master shares it."""
+    def at_config_load(cls, named: str | os.PathLike | None) -> MetricsDirectory:
+        """Choose (``named``: PROMETHEUS_MULTIPROC_DIR as the operator set it, else a fresh one under $TMPDIR),
+        make, and empty it if this is the first load in this master and the directory is its own or no older
+        master shares it. prometheus-client reads where it is from the environment: set there."""
         own = os.path.join(tempfile.gettempdir(), f"attention-metrics-{os.getpid()}")
-        path = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", own)
+        path = os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.fspath(named) if named else own
         os.makedirs(path, exist_ok=True)
         if os.environ.get(MARK) != f"{os.getpid()}:{path}":
             os.environ[MARK] = f"{os.getpid()}:{path}"

@@ -15,7 +15,7 @@ from http import HTTPStatus
 import pytest
 import requests
 
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.harness import Gunicorn, Nginx
 
 LIMIT = Limits().max_body_bytes

@@ -14,7 +14,7 @@ import orjson
 import pytest
 import requests
 
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.harness import Gunicorn
 from tests.live.jobs import (
     DEMO5,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import requests
 
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.harness import (
     Gunicorn,
     Nginx,

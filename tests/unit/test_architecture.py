@@ -25,28 +25,28 @@ def _resolve(name: str, imported: str | None) -> str:
     return f"{name}.{imported}" if imported and f"{name}.{imported}" in MODULES else name
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """Modules imported when ``path`` is imported: module-level statements, not imports inside functions."""
+def imports_of(path: Path) -> set[str]:
+    """Modules ``path`` imports: at module level and inside functions alike (an import inside a function closes a
+    cycle just the same, only later), except those only a type checker reads (``if TYPE_CHECKING:``)."""
     found: set[str] = set()
 
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.update(_resolve(node.module, alias.name) for alias in node.names)
-            elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
-                visit(node.body + node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
-            elif isinstance(node, ast.For | ast.With):
-                visit(node.body)
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for other in node.orelse:
+                visit(other)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.update(_resolve(node.module, alias.name) for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
 
-    visit(ast.parse(path.read_text()).body)
+    visit(ast.parse(path.read_text()))
     return found
 
 
-GRAPH = {name: top_level_imports(path) for name, path in MODULES.items()}
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
 
 
 def _tops(imports: set[str]) -> set[str]:
@@ -83,7 +83,7 @@ def test_the_jobs_know_no_flask_nor_the_edge():
 
 
 def test_the_runtime_and_the_gunicorn_config_import_neither_flask_nor_numpy_nor_the_layers_above():
-    config = top_level_imports(ROOT / "service" / "gunicorn.conf.py")
+    config = imports_of(ROOT / "service" / "gunicorn.conf.py")
     for name, imports in {**_under("service.runtime"), "gunicorn.conf": config}.items():
         assert not _tops(imports) & {"flask", "werkzeug", "numpy", "attention", "schemas"}, name
         assert not any(i.startswith(("service.edge", "service.operations", "service.jobs")) for i in imports), name
@@ -119,12 +119,13 @@ def test_service_holds_four_packages_and_few_files_of_its_own():
         assert doc and "import" in doc.lower(), package  # says what lives there and what it may import
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "service").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_of_the_service_is_over_250_lines(path):
-    assert len(path.read_text().splitlines()) <= 250
-
-
 def test_the_gunicorn_config_is_settings_only():
-    lines = [line for line in (ROOT / "service" / "gunicorn.conf.py").read_text().splitlines() if line.strip()]
-    assert len(lines) <= 60
-    assert not [node for node in ast.parse("\n".join(lines)).body if isinstance(node, ast.ClassDef)]
+    """Names bound to values: no function, class or loop of its own, nothing called for its effect, no attribute of
+    anything set (nothing patched); the set-up that must come first is a module it imports."""
+    tree = ast.parse((ROOT / "service" / "gunicorn.conf.py").read_text())
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.For, ast.While, ast.With)
+    assert not [node for node in ast.walk(tree) if isinstance(node, kinds)]
+    assert not [node for node in tree.body if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant)]
+    targets = [target for node in ast.walk(tree) if isinstance(node, ast.Assign) for target in node.targets]
+    assert all(isinstance(name, ast.Name) for target in targets
+               for name in (target.elts if isinstance(target, ast.Tuple) else [target]))

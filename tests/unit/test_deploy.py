@@ -7,7 +7,7 @@ import re
 import tomllib
 from urllib.parse import urlsplit
 
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.harness import (
     COMPOSE,
     DOCKERFILE,

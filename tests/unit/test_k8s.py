@@ -5,6 +5,7 @@ image (no cluster here: tests/live/test_pod.py runs the pod's command under its 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import re
@@ -16,8 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.operations import catalogue
-from service.operations.limits import Limits, env_name
+from service.settings import VARIABLES, Limits, from_env
 from tests.harness import (
     ROOT,
     container_environment,
@@ -27,7 +27,6 @@ from tests.harness import (
     in_ci,
     kubectl_available,
     kustomize,
-    read_variables,
 )
 
 OVERLAYS = ("dev", "prod")
@@ -35,7 +34,6 @@ KUBERNETES = ("1.30", kubernetes_validate.latest_version())  # the oldest versio
 SETTINGS = ROOT / "deploy" / "k8s" / "base" / "settings.env"
 INFERENCE_SERVICE = ROOT / "deploy" / "kserve" / "inferenceservice.yaml"
 KSERVE_CRD = ROOT.parent / "shared" / "kserve" / "inferenceservices-crd.yaml"
-BLAS_VARIABLES = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}  # read by the BLAS libraries
 API, WORKER = "attention", "attention-worker"  # the Deployments (and their autoscalers and network policies)
 DEPLOYMENTS = (API, WORKER)
 FS_GROUP = ("fsGroup", "fsGroupChangePolicy")  # the shared volume's group: only where that volume is mounted
@@ -102,9 +100,8 @@ def environment(objects: Objects, name: str = API) -> dict[str, str | None]:
 
 
 def service_variables() -> set[str]:
-    """Every environment variable the service reads: the names in its os.environ calls, the limits'
-    ATTENTION_MAX_* names, ATTENTION_MODELS, and the BLAS libraries' thread counts."""
-    return read_variables() | {env_name(name) for name in Limits().as_dict()} | {catalogue.VARIABLE} | BLAS_VARIABLES
+    """Every environment variable the service reads (service.settings declares each one)."""
+    return set(VARIABLES)
 
 
 def project_version() -> str:
@@ -305,10 +302,13 @@ def test_every_variable_set_is_one_the_service_reads(overlay, deployment):
         assert secret["valueFrom"]["secretKeyRef"]["optional"] is True  # no Secret: auth off, the pod still starts
 
 
-def test_the_settings_hold_every_limit_at_the_service_default():
+def test_the_settings_hold_every_limit_at_the_service_default(environ):
     settings = settings_file()
-    assert {name: int(settings[env_name(name)]) for name in Limits().as_dict()} == Limits().as_dict()
-    assert Limits.from_env(settings) == Limits()
+    limits = {f.name: f.metadata["variable"] for f in dataclasses.fields(Limits)}
+    assert {name: int(settings[variable]) for name, variable in limits.items()} == Limits().as_dict()
+    for name, value in settings.items():
+        environ.setenv(name, value)
+    assert from_env().limits == Limits()
 
 
 def test_the_settings_send_the_batches_to_the_worker_pods_through_redis_and_the_shared_volume():

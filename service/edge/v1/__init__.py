@@ -14,13 +14,13 @@ from werkzeug.datastructures import MIMEAccept
 from schemas.heatmap import FormatQuery, PictureQuery
 from service.edge.context import current_limits
 from service.edge.errors import NotAcceptable
+from service.edge.examples import Computed
 from service.edge.jsonio import JSON, parse_request
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import examples
 from service.operations import pictures
-from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
-from service.operations.rounding import round_arrays
+from service.settings import Limits
 
 SVG = "image/svg+xml"
 FORMATS = {"json": JSON, "svg": SVG}  # ?format= -> the media type it names
@@ -33,7 +33,7 @@ def svg_response(svg: str) -> Response:
     return Response(svg, mimetype=SVG)
 
 
-def svg_doc(description: str, example: str | None = None) -> dict[str, Any]:
+def svg_doc(description: str, example: Computed | None = None) -> dict[str, Any]:
     """OpenAPI doc of a 200 answer that is an SVG image (with a real answer as ``example``)."""
     media = {"schema": {"type": "string"}, **({"example": example} if example else {})}
     return {"responses": {200: {"description": description, "content": {SVG: media}}}}
@@ -95,10 +95,10 @@ def negotiated(offers: tuple[str, ...], *, format_query: bool = False) -> Callab
 
 def draw(operation: Operation, params: dict[str, Any], limits: Limits, color_scale: str = "fixed") -> str:
     """The SVG heatmap of ``operation``'s weights for ``params`` on ``color_scale``: computed with the weights and
-    nothing else (the picture's size is checked first, before any compute)."""
-    params = {**params, "return_weights": True, "trace": False, "format": "svg"}
-    result = operation.compute(params, limits)
-    return pictures.compute_heatmap(operation.drawing, params, result, limits, color_scale)
+    nothing else (the picture's size is checked first, when the request is prepared)."""
+    prepared = operation.prepare({**params, "return_weights": True, "trace": False, "format": "svg"}, limits)
+    return pictures.compute_heatmap(operation.drawing, prepared.params, operation.compute(prepared), limits,
+                                    color_scale)
 
 
 def _documented_request(blp: Blueprint, operation: Operation, view: Callable) -> Callable:
@@ -113,13 +113,13 @@ def _documented_request(blp: Blueprint, operation: Operation, view: Callable) ->
 
 
 def operation_route(blp: Blueprint, operation: Operation) -> None:
-    """Route ``operation`` (a registry entry) to: validate with its schema -> compute -> round -> serialise.
+    """Route ``operation`` (a registry entry) to: validate with its schema -> prepare, compute, round -> serialise.
 
     Its request example and the real answer to it are documented. An operation with a ``drawing`` also answers
     the heatmap of its weights (service.operations.pictures) to ``Accept: image/svg+xml`` or ``?format=svg``, and
     as an operation of its own, ``<route>/heatmap``: a generated client parses one media type per answer, so
-    the picture has its own path in the spec and ``format`` is left out of it. Path parameters (``<model>``)
-    join the validated params.
+    the picture has its own path in the spec and ``format`` is left out of it. Path parameters (``<model>``),
+    resolved before the body is read (service.edge.v1.models), join the validated params.
     """
     offers = (JSON, SVG) if operation.drawing is not None else (JSON,)
 
@@ -127,7 +127,7 @@ def operation_route(blp: Blueprint, operation: Operation) -> None:
         params = {**params, **path} if path else params
         if media == SVG:
             return svg_response(draw(operation, params, current_limits(), color_scale))
-        return round_arrays(operation.compute(params, current_limits()), params.get("decimals"))
+        return operation.answer(params, current_limits())
 
     view.__name__ = operation.name.replace("-", "_")
     view.__doc__ = operation.doc

@@ -7,6 +7,7 @@ from typing import Any
 from werkzeug.exceptions import NotFound
 
 from schemas.demos import DemoList, DemoResult
+from service.edge.examples import Computed
 from service.edge.smorest import Blueprint
 from service.operations.reference import DEMOS, Demo
 from service.operations.reference import run_demo as run
@@ -39,7 +40,7 @@ def list_demos() -> dict[str, Any]:
 
 
 @blp.route("/demos/<string:name>", methods=["GET"])
-@blp.response(200, DemoResult, example=_causal_mask_example())
+@blp.response(200, DemoResult, example=Computed(_causal_mask_example))
 @blp.documents(404)
 def run_demo(name: str) -> dict[str, Any]:
     """Run one demo.

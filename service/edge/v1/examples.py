@@ -1,19 +1,15 @@
-"""Documented examples: each operation's request (from the registry) and its real answer, computed by the
-service itself, so the spec can never show numbers the service would not return."""
+"""The documented requests of /v1 (each operation's, from the registry, and a batch of them) and the service's real
+answers to them, worked out when the spec is written (service.edge.examples)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
+from service.edge.examples import Computed
 from service.operations.catalogue import ModelNotFound
-from service.operations.jsontext import dumps
-from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS, Operation
-from service.operations.rounding import round_arrays
-from service.runtime import metrics
+from service.settings import Limits
 
 # Every operation's, and a batch of other examples plus an item with a typo (it alone gets a 422).
 REQUESTS = {name: operation.example for name, operation in OPERATIONS.items()}
@@ -30,24 +26,19 @@ def request(name: str) -> dict[str, Any]:
     return REQUESTS[name]
 
 
-def computed(operation: Operation, compute: Callable[[dict[str, Any], Limits], Any]) -> Any:
+def computed(operation: Operation, compute: Callable[[dict[str, Any], Limits], Any]) -> Computed:
     """``compute(params, limits)`` of ``operation``'s example (its path parameters from ``path_example``) under the
-    default limits, not counted in the metrics; None when the example's model is not served (ATTENTION_MODELS
-    without the default)."""
-    params = {**operation.request().load(operation.example), **operation.path_example}
-    try:
-        with metrics.unrecorded():
-            return compute(params, Limits())
-    except ModelNotFound:
-        return None
+    default limits; None when the example's model is not served (ATTENTION_MODELS without the default)."""
+    def work() -> Any:
+        try:
+            params = operation.resolved({**operation.request().load(operation.example), **operation.path_example})
+        except ModelNotFound:
+            return None
+        return compute(params, Limits())
+
+    return Computed(work)
 
 
-def answer(operation: Operation) -> dict[str, Any] | None:
-    """The service's real answer to ``operation``'s example, as plain JSON values (see :func:`computed`)."""
-    return computed(operation, lambda params, limits: as_json(round_arrays(operation.compute(params, limits),
-                                                                           params.get("decimals"))))
-
-
-def as_json(value: Any) -> Any:
-    """``value`` as the client reads it (arrays as lists, float32 digits as written)."""
-    return orjson.loads(dumps(value))
+def answer(operation: Operation) -> Computed:
+    """The service's real answer to ``operation``'s example (see :func:`computed`)."""
+    return computed(operation, operation.answer)

@@ -9,11 +9,12 @@ from werkzeug.exceptions import NotFound
 
 from schemas.heatmap import HeatmapRequest
 from service.edge.context import current_limits
+from service.edge.examples import Computed
 from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import SVG, negotiated, svg_doc, svg_response
 from service.operations import pictures
-from service.operations.limits import Limits
 from service.operations.reference import DEMOS
+from service.settings import Limits
 
 blp = Blueprint("heatmap", __name__, url_prefix="/v1",
                 description="Attention weights as SVG heatmaps (also `Accept: image/svg+xml` on the compute "
@@ -24,7 +25,7 @@ EXAMPLE = {"weights": [[[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.2, 0.3, 0.5]],
            "mask": [[True, False, False], [True, True, False], [True, True, True]],
            "row_labels": ["cat", "ate", "food"], "col_labels": ["cat", "ate", "food"],
            "title": "Two causal heads", "annotate": True, "decimals": 2}
-EXAMPLE_SVG = pictures.heatmap(HeatmapRequest().load(EXAMPLE), Limits())  # the real answer, documented
+EXAMPLE_SVG = Computed(lambda: pictures.heatmap(HeatmapRequest().load(EXAMPLE), Limits()))  # the real answer
 
 
 @blp.route("/heatmap", methods=["POST"])
@@ -46,7 +47,7 @@ def heatmap(params: dict[str, Any], media: str) -> Response:
 @blp.route("/demos/<string:name>/heatmap", methods=["GET"])
 @negotiated((SVG,))
 @blp.doc(**svg_doc("The demo's attention weights as an SVG heatmap (the example: lookup).",
-                   pictures.demo_heatmap("lookup")))
+                   Computed(lambda: pictures.demo_heatmap("lookup"))))
 @blp.documents(404, 406)
 def demo_heatmap(name: str, media: str) -> Response:
     """Draw a demo's weights.

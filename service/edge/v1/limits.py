@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import Field, fields
 from typing import Any
 
 from marshmallow import Schema
@@ -10,17 +10,15 @@ from marshmallow import fields as ma_fields
 
 from service.edge.context import current_limits
 from service.edge.smorest import Blueprint
-from service.operations.limits import Limits, env_name
-from service.operations.sizes import DESCRIPTIONS
+from service.settings import Limits
 
 
-def _limit_field(name: str) -> Any:
-    default = getattr(Limits, name)
-    description = f"{DESCRIPTIONS[name]} Env {env_name(name)}, default {default}."
+def _limit_field(limit: Field) -> Any:
+    description = f"{limit.metadata['meaning']} Env {limit.metadata['variable']}, default {limit.default}."
     return ma_fields.Integer(required=True, metadata={"description": description})
 
 
-LimitsSchema = Schema.from_dict({f.name: _limit_field(f.name) for f in fields(Limits)}, name="Limits")
+LimitsSchema = Schema.from_dict({f.name: _limit_field(f) for f in fields(Limits)}, name="Limits")
 
 blp = Blueprint("limits", __name__, url_prefix="/v1", description="Service limits.")
 

@@ -1,7 +1,7 @@
 """GET /v1/models, GET /v1/models/{model}, and the registry's "models" operations (a trained model's attention).
 
-Every /v1/models/{model}... route answers an unknown name with a 404 naming the served ones, before its body
-is read.
+Every /v1/models/{model}... route resolves the name to the served model once, before its body is read: an unknown
+name is a 404 naming the served ones.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 from flask import request
 
 from schemas.pretrained import ModelCard, ModelList
+from service.edge.examples import Computed
 from service.edge.smorest import Blueprint
 from service.edge.v1 import operation_routes
 from service.operations import catalogue
@@ -20,18 +21,19 @@ blp = Blueprint("models", __name__, url_prefix="/v1",
 
 
 @blp.before_request
-def _known_model() -> None:
-    name = (request.view_args or {}).get("model")
-    if name is not None:
-        catalogue.lookup(name)  # 404 for an unknown name, whatever the body
+def _resolve_model() -> None:
+    arguments = request.view_args or {}
+    if "model" in arguments:
+        arguments["model"] = catalogue.lookup(arguments["model"])  # 404 for an unknown name, whatever the body
 
 
-# The served models when the spec is built (the default model for openapi.yaml).
-EXAMPLES = [model.card() for model in catalogue.served().values()]
+# The served models when the spec is written (the default models, for openapi.yaml).
+CARDS = Computed(lambda: {"models": [model.card() for model in catalogue.served().values()]})
+CARD = Computed(lambda: next((model.card() for model in catalogue.served().values()), None))
 
 
 @blp.route("/models", methods=["GET"])
-@blp.response(200, ModelList, example={"models": EXAMPLES})
+@blp.response(200, ModelList, example=CARDS)
 def models() -> dict[str, Any]:
     """The served models.
 
@@ -42,14 +44,14 @@ def models() -> dict[str, Any]:
 
 
 @blp.route("/models/<model>", methods=["GET"])
-@blp.response(200, ModelCard, example=EXAMPLES[0] if EXAMPLES else None)
+@blp.response(200, ModelCard, example=CARD)
 @blp.documents(404)
-def model(model: str) -> dict[str, Any]:
+def model(model: catalogue.ServedModel) -> dict[str, Any]:
     """One served model.
 
     An unknown name is a 404 problem listing the served ones.
     """
-    return catalogue.lookup(model).card()
+    return model.card()
 
 
 operation_routes(blp, "models")  # POST /v1/models/{model}/attention

@@ -12,8 +12,8 @@ from schemas.v2 import InferenceRequest
 from service.edge.v2.errors import ProtocolError
 from service.edge.v2.models import Served
 from service.edge.v2.tensors import BinaryReader, decode, encode
-from service.operations.limits import Limits
 from service.problems import flatten_messages
+from service.settings import Limits
 
 _REQUEST = InferenceRequest()
 

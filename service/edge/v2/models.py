@@ -17,8 +17,9 @@ from marshmallow import Schema
 from schemas.v2 import TrainedModelParameters
 from service.edge.v2.errors import ProtocolError
 from service.operations import catalogue, padded
-from service.operations.limits import Limits
+from service.operations.catalogue import ServedModel
 from service.operations.registry import FLOATS, V2_MODELS, Arrays, Operation, Result, TensorSpec
+from service.settings import Limits
 
 PRECISION = {"FP64": "float64", "FP32": "float32"}
 
@@ -66,7 +67,8 @@ class Model(_Tensors):
         """The operation's answer to the decoded ``inputs`` (of ``datatypes``) and ``parameters``; the weights
         are computed only when ``wanted``."""
         opts = options(datatypes, "weights" in wanted)
-        return self.operation.compute({**self.operation.v2.params(inputs, parameters), **opts}, limits)
+        return self.operation.compute(self.operation.prepare({**self.operation.v2.params(inputs, parameters), **opts},
+                                                             limits))
 
 
 def options(datatypes: dict[str, str], return_weights: bool) -> dict[str, Any]:
@@ -92,7 +94,7 @@ class TrainedModel(_Tensors):
     ``layers`` and ``heads`` (comma-separated strings: the protocol's parameters are scalars) select what
     ``attentions`` holds; it is computed only when asked for."""
 
-    name: str
+    model: ServedModel
     inputs = TRAINED_INPUTS
     outputs = TRAINED_OUTPUTS
     parameters = _TRAINED_PARAMETERS
@@ -100,8 +102,12 @@ class TrainedModel(_Tensors):
     def run(self, inputs: Arrays, datatypes: dict[str, str], parameters: dict[str, Any], wanted: dict[str, bool],
             limits: Limits) -> Result:
         """{attentions (B, L, H, n, n), last_hidden_state (B, n, d_model), tokens (B, n)}: see padded.compute."""
-        return padded.compute({"model": self.name, "text": list(inputs["text"]), "layers": parameters["layers"],
+        return padded.compute({"model": self.model, "text": list(inputs["text"]), "layers": parameters["layers"],
                                "heads": parameters["heads"], "return_weights": "attentions" in wanted}, limits)
+
+    @property
+    def name(self) -> str:
+        return self.model.name
 
 
 Served = Model | TrainedModel  # what /v2/models/{model} answers for
@@ -111,7 +117,8 @@ def find(name: str) -> Served | None:
     """The v2 model ``name``: a registry operation's, else a served trained model's; None when neither."""
     if name in MODELS:
         return MODELS[name]
-    return TrainedModel(name) if name in catalogue.served() else None
+    model = catalogue.served().get(name)
+    return None if model is None else TrainedModel(model)
 
 
 def names() -> list[str]:

@@ -21,6 +21,7 @@ from schemas.v2 import (
     ServerReady,
 )
 from service.edge.context import current_limits
+from service.edge.examples import Computed
 from service.edge.jsonio import declared_charset, read_body
 from service.edge.smorest import PACKAGE, VERSION, Blueprint
 from service.edge.v2 import errors
@@ -28,9 +29,8 @@ from service.edge.v2.infer import infer
 from service.edge.v2.models import MODELS, Served, find, names
 from service.edge.v2.tensors import HEADER_LENGTH, load_json, parse_header
 from service.operations.jsontext import check_depth, dumps
-from service.operations.limits import Limits
 from service.operations.reference import engine_ready
-from service.runtime import metrics
+from service.settings import Limits
 
 blp = Blueprint("v2", __name__, url_prefix="/v2",
                 description="Open Inference Protocol (KServe v2 / Triton) with the binary tensor data extension.")
@@ -46,15 +46,15 @@ EXAMPLE_REQUEST = {  # the seed's demo 1: the query "it" against the toy embeddi
     ],
     "parameters": {"scale": 2.0},
 }
-with metrics.unrecorded():  # the documented answer is computed at import: nobody's work
-    EXAMPLE_RESPONSE = infer(MODELS["scaled_dot_product_attention"], EXAMPLE_REQUEST, memoryview(b""), Limits())[0]
+EXAMPLE_RESPONSE = Computed(lambda: infer(MODELS["scaled_dot_product_attention"], EXAMPLE_REQUEST, memoryview(b""),
+                                          Limits())[0])
 
 
 def _unknown(name: str) -> str:
     return f"Unknown model {name!r}; the models are {', '.join(names())}."
 
 
-NOT_FOUND = {"error": _unknown("gpt")}  # the served models when the spec is built (the default for openapi.yaml)
+NOT_FOUND = Computed(lambda: {"error": _unknown("gpt")})  # the served models when the spec is written
 MODEL_NOT_FOUND = {"schema": ProtocolError, "description": "Unknown model.", "example": NOT_FOUND}
 
 

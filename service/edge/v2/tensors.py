@@ -23,9 +23,9 @@ from marshmallow import ValidationError
 from schemas.tensor import BoolTensor, Tensor
 from service.edge.jsonio import not_utf8
 from service.edge.v2.errors import ProtocolError
-from service.operations.limits import Limits
 from service.operations.registry import TensorSpec
 from service.problems import flatten_messages, pointer
+from service.settings import Limits
 
 # Protocol datatype <-> little-endian numpy dtype, for the datatypes this service speaks.
 DTYPES = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"), "BOOL": np.dtype("?")}

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from schemas.jobs import STATUSES
-from service.edge import create_app
-from service.jobs.settings import Settings
+from service.settings import JobSettings
+from tests.conftest import app_with
 from tests.harness import free_port
 from tests.unit.edge.test_observability import DEMO5, scrape, value
 
@@ -18,7 +18,7 @@ ENDPOINT = "/v1/multi-head-attention"
 
 @pytest.fixture
 def client(tmp_path):
-    return create_app({"TESTING": True, "JOBS": Settings(data_dir=tmp_path, chunk_items=2)}).test_client()
+    return app_with(jobs=JobSettings(data_dir=tmp_path, chunk_items=2)).test_client()
 
 
 def jobs_of(client):
@@ -110,7 +110,7 @@ def test_a_census_of_200_batches_reads_the_store_a_few_times_not_once_per_batch(
 
 def test_a_store_that_does_not_answer_leaves_the_jobs_metrics_out_and_says_so(tmp_path, caplog):
     nobody = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there: Redis is down
-    client = create_app({"TESTING": True, "JOBS": Settings(data_dir=tmp_path, queue_url=nobody)}).test_client()
+    client = app_with(jobs=JobSettings(data_dir=tmp_path, queue_url=nobody)).test_client()
     samples = scrape(client)
     assert value(samples, "batch_store_up") == 0
     assert not [name for name, _ in samples if name.startswith(("batch_jobs", "batch_job_items", "batch_queue"))]

@@ -12,12 +12,11 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.edge import create_app
 from service.edge.observability import JsonFormatter
-from service.operations.limits import Limits
 from service.runtime import metrics
 from service.runtime.logwriter import stdout_lines
-from tests.conftest import ROOT, assert_problem
+from service.settings import Limits, Observability
+from tests.conftest import ROOT, app_with, assert_problem
 
 DEMO5 = {"tokens": ["the", "cat", "ate", "food", "it"], "d_model": 8, "n_heads": 4, "positional_encoding": True,
          "causal": True}
@@ -121,14 +120,13 @@ def test_a_content_length_past_the_limit_is_recorded_as_the_limit_plus_one(clien
     assert line["status"] == 200 and line["request_bytes"] == Limits().max_body_bytes + 1
     assert value(scrape(client), "http_request_size_bytes_sum", route="/healthz") - value(
         before, "http_request_size_bytes_sum", route="/healthz") == Limits().max_body_bytes + 1
-    small = create_app({"TESTING": True, "LIMITS": Limits(max_body_bytes=100)}).test_client()
+    small = app_with(limits=Limits(max_body_bytes=100)).test_client()
     small.get("/healthz", environ_overrides={"CONTENT_LENGTH": "5000"})   # the app's own limit, not the default
     assert [line["request_bytes"] for line in log_lines(capfd) if line["path"] == "/healthz"] == [101]
 
 
-def test_request_lines_can_be_turned_off(monkeypatch, capfd):
-    monkeypatch.setenv("LOG_REQUESTS", "0")
-    client = create_app({"TESTING": True}).test_client()
+def test_request_lines_can_be_turned_off(capfd):
+    client = app_with(observability=Observability(log_requests=False)).test_client()
     log_lines(capfd)
     client.get("/healthz")
     assert log_lines(capfd) == []
@@ -239,7 +237,7 @@ def test_a_failed_stack_is_not_counted_on_top_of_its_items(client):
 def test_a_request_refused_by_a_limit_or_the_engine_is_not_counted(client):
     """The metric counts requests that passed every limit and were computed: a multi-head request past
     max_output_elements (checked after the weights) and one whose numbers overflow are not."""
-    narrow = create_app({"TESTING": True, "LIMITS": Limits(max_output_elements=8)}).test_client()
+    narrow = app_with(limits=Limits(max_output_elements=8)).test_client()
     before = elements_sum()
     two_tokens = {"tokens": ["the", "cat"], "d_model": 8, "n_heads": 2}  # 2 x 8 numbers out, 8 weights
     assert narrow.post("/v1/multi-head-attention", json=two_tokens).json["limit"]["name"] == "max_output_elements"
@@ -287,7 +285,7 @@ def test_exited_workers_fold_into_one_file_per_kind_and_the_scrape_stays_the_sam
             "    os.waitpid(child, 0)\n"
             "    children.append(child)\n"
             "before = metrics.exposition()[0]\n"
-            "conf['_metrics'].fold_exited_workers()\n"
+            "conf['_hooks'].metrics.fold_exited_workers()\n"
             "after = metrics.exposition()[0]\n"
             "print(os.getpid(), *children)\n"
             "print(sorted(before.splitlines()) == sorted(after.splitlines()))\n"

@@ -8,7 +8,8 @@ from urllib.parse import urljoin
 
 import pytest
 
-from service.edge import create_app
+from service.settings import Access
+from tests.conftest import app_with
 
 LINKS = re.compile(r'(?:src|href)="([^"#]+)"')
 
@@ -45,9 +46,9 @@ def test_unknown_assets_are_problem_404s(client):
         assert response.status_code == 404 and response.mimetype == "application/problem+json"
 
 
-@pytest.mark.parametrize(("config", "says"), [({}, "off"), ({"API_KEYS": "k1,k2"}, "on")])
-def test_the_docs_page_says_whether_the_server_asks_for_api_keys(config, says):
+@pytest.mark.parametrize(("keys", "says"), [((), "off"), (("k1", "k2"), "on")])
+def test_the_docs_page_says_whether_the_server_asks_for_api_keys(keys, says):
     """static/docs.js shows the spec's key locks only when it says on (tests/live/test_browser.py)."""
-    response = create_app({"TESTING": True, **config}).test_client().get("/docs")  # open, keys or not
+    response = app_with(access=Access(api_keys=keys)).test_client().get("/docs")  # open, keys or not
     assert response.status_code == 200 and response.mimetype == "text/html"
     assert re.findall(r'<meta name="api-keys" content="(\w+)">', response.get_data(as_text=True)) == [says]

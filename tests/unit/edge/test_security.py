@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from service import settings
 from service.edge import create_app
-from service.edge.security import is_protected, key_matches, split_list
-from tests.conftest import assert_problem
+from service.edge.security import is_protected, key_matches
+from service.settings import Access
+from tests.conftest import app_with, assert_problem
 
 KEYS = "k-one, k-two ,"
 
 
 @pytest.fixture
 def locked():
-    return create_app({"TESTING": True, "API_KEYS": KEYS}).test_client()
+    return app_with(access=Access(api_keys=settings.KEYS.parse(KEYS))).test_client()
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -73,7 +75,7 @@ def test_key_comparison():
     assert key_matches("Bearer beta", keys) and key_matches("BEARER alpha", keys)
     assert not key_matches("Bearer alph", keys) and not key_matches(None, keys) and not key_matches("", keys)
     assert not key_matches("Bearer ünïcode", keys) and not key_matches("Bearer \udcff", keys)
-    assert split_list(KEYS) == ("k-one", "k-two") and split_list(None) == () and split_list(" , ") == ()
+    assert settings.KEYS.parse(KEYS) == ("k-one", "k-two") and settings.ITEMS.parse(" , ") == ()
 
 
 def test_a_non_ascii_key_matches_the_bytes_that_come_over_http():
@@ -82,16 +84,16 @@ def test_a_non_ascii_key_matches_the_bytes_that_come_over_http():
     assert not key_matches("Bearer ключ", keys)  # cannot come over HTTP as such
 
 
-def test_api_keys_with_no_key_in_them_refuse_to_start(monkeypatch):
-    monkeypatch.setenv("API_KEYS", " , ")
-    with pytest.raises(ValueError, match="API_KEYS lists no key"):
-        create_app({"TESTING": True})
-    monkeypatch.setenv("API_KEYS", "")
+def test_api_keys_with_no_key_in_them_refuse_to_start(environ):
+    environ.setenv("API_KEYS", " , ")
+    with pytest.raises(ValueError, match="API_KEYS must be comma-separated keys, at least one"):
+        settings.from_env()
+    environ.setenv("API_KEYS", "")
     assert create_app({"TESTING": True}).test_client().get("/v1/limits").status_code == 200
 
 
-def test_auth_is_read_from_the_environment(monkeypatch):
-    monkeypatch.setenv("API_KEYS", "env-key")
+def test_auth_is_read_from_the_environment(environ):
+    environ.setenv("API_KEYS", "env-key")
     client = create_app({"TESTING": True}).test_client()
     assert client.get("/v1/limits").status_code == 401
     assert client.get("/v1/limits", headers=bearer("env-key")).status_code == 200
@@ -102,7 +104,7 @@ ORIGIN = "https://teach.example"
 
 @pytest.fixture
 def cors():
-    return create_app({"TESTING": True, "CORS_ORIGINS": f"{ORIGIN}, https://other.example"}).test_client()
+    return app_with(access=Access(cors_origins=(ORIGIN, "https://other.example"))).test_client()
 
 
 def test_no_cors_headers_by_default(client):
@@ -137,7 +139,7 @@ def test_other_origins_get_no_cors_headers(cors):
 
 
 def test_cors_wildcard():
-    client = create_app({"TESTING": True, "CORS_ORIGINS": "*"}).test_client()
+    client = app_with(access=Access(cors_origins=("*",))).test_client()
     response = client.get("/v1/limits", headers={"Origin": "https://any.example"})
     assert response.headers["Access-Control-Allow-Origin"] == "*" and "Vary" not in response.headers
 

@@ -16,9 +16,8 @@ import redis
 from huey import signals
 
 from service.jobs import batches, files, queue
-from service.jobs.queue import Jobs
-from service.jobs.settings import Settings
-from service.operations.limits import Limits
+from service.jobs.context import Jobs
+from service.settings import JobSettings, Limits
 from tests.harness import free_port
 
 REDIS_SERVER = Path("/usr/bin/redis-server")
@@ -77,7 +76,7 @@ def watched(jobs: Jobs) -> Jobs:
 
 def build(data_dir: Path, queue_url: str | None = None, limits: Limits | None = None, **settings: Any) -> Jobs:
     """Jobs on a real queue, watched."""
-    return watched(queue.build(Settings(data_dir=data_dir, queue_url=queue_url, **settings), limits or Limits()))
+    return watched(queue.build(JobSettings(data_dir=data_dir, queue_url=queue_url, **settings), limits or Limits()))
 
 
 @pytest.fixture

@@ -6,15 +6,14 @@ from __future__ import annotations
 import time
 
 from service.jobs import keys, leases, queue
-from service.jobs.settings import Settings
-from service.operations.limits import Limits
+from service.settings import JobSettings, Limits
 from tests.harness import wait_for
 
 LEASE = 0.3  # seconds: renewed every 0.1 s
 
 
 def test_held_leases_are_renewed_by_one_thread_and_gone_for_good_once_released(tmp_path):
-    jobs = queue.build(Settings(data_dir=tmp_path, lease_seconds=LEASE), Limits())
+    jobs = queue.build(JobSettings(data_dir=tmp_path, lease_seconds=LEASE), Limits())
     first, second = keys.lease("batch_x", "0"), keys.lease("batch_x", "validate")
     with leases.held(jobs, "batch_x", "0"):
         taken = jobs.store.get(first)
@@ -37,7 +36,7 @@ def test_held_leases_are_renewed_by_one_thread_and_gone_for_good_once_released(t
 
 
 def test_a_lease_held_after_the_renewer_ended_is_renewed_by_a_new_one(tmp_path):
-    jobs = queue.build(Settings(data_dir=tmp_path, lease_seconds=LEASE), Limits())
+    jobs = queue.build(JobSettings(data_dir=tmp_path, lease_seconds=LEASE), Limits())
     with leases.held(jobs, "batch_x", "0"):
         ended = jobs.leases.thread
     wait_for(lambda: jobs.leases.thread is None, 10, "the renewer's end")

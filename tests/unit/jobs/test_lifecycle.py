@@ -11,12 +11,12 @@ import orjson
 import pytest
 
 from service.edge import create_app
-from service.jobs import batches, chunks, files, finishing, keys, reaping
+from service.jobs import batches, chunks, files, finalize, keys, reaping
+from service.jobs.context import Jobs
 from service.jobs.endpoints import endpoints
-from service.jobs.queue import Jobs
 from service.operations import answers
 from service.operations.catalogue import DEFAULT_NAME
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.harness import slow_encoder_body, wait_for
 from tests.unit.jobs.conftest import body_of, build, drain, lines_of, request_line, results, step, submit
 
@@ -195,7 +195,7 @@ def test_a_chunk_in_a_worker_s_hands_at_cancellation_finishes_and_is_kept(tmp_pa
     finally:
         worker.join()
     assert not jobs.task_errors and cancelling["status"] == "cancelling"
-    assert jobs.store.get(keys.event(batch_id, "final")) is None  # not while a lease is live
+    assert jobs.store.get(keys.event(batch_id, "finalizing")) is None  # not while a lease is live
     assert counts(jobs, batch_id) == ("cancelling", 3, 1, 0)
     reaping.reap(jobs)  # the periodic pass finishes it now that no lease is live
     drain(jobs)
@@ -279,22 +279,22 @@ def test_a_chunk_run_twice_is_written_and_counted_once(make_jobs, checked):
     checked(jobs, batch, BODIES)
 
 
-def test_finishing_twice_gives_the_same_files_and_counts(make_jobs):
+def test_finalizing_twice_gives_the_same_files_and_counts(make_jobs):
     jobs = make_jobs(chunk_items=2)
     batch_id = submit(jobs, file_of(BODIES))
     drain(jobs)
     batch = status(jobs, batch_id)
     kept = [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")]
-    finishing.finish(jobs, batch_id)
+    finalize.run(jobs, batch_id)
     reaping.settle(jobs, batch_id, pending=set())
     assert drain(jobs) == []
     assert status(jobs, batch_id) == batch
     assert [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")] == kept
 
 
-def test_a_finisher_run_again_after_a_late_chunk_writes_the_files_first_assembled(make_jobs):
-    # The first finisher claimed what the files hold, then died before their records; meanwhile a worker frozen past
-    # its lease finished a chunk of the cancelled batch. Finishing again must not take that chunk in: its items
+def test_a_finalizer_run_again_after_a_late_chunk_writes_the_files_first_claimed(make_jobs):
+    # The first finalizer claimed what the files hold, then died before their records; meanwhile a worker frozen past
+    # its lease finished a chunk of the cancelled batch. Finalizing again must not take that chunk in: its items
     # already have their batch_cancelled lines, and every custom_id is in exactly one file.
     jobs = make_jobs(chunk_items=2)
     batch_id = submit(jobs, file_of([BODIES[0], BODIES[2], BODIES[4], BODIES[5], BODIES[0], BODIES[6]]))
@@ -303,11 +303,12 @@ def test_a_finisher_run_again_after_a_late_chunk_writes_the_files_first_assemble
     drain(jobs)
     batch = status(jobs, batch_id)
     kept = [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")]
-    jobs.store.delete([keys.event(batch_id, "done"), *(keys.file(file_id) for file_id in keys.output_files(batch_id))])
+    jobs.store.delete([keys.event(batch_id, "finalized"),
+                       *(keys.file(file_id) for file_id in keys.output_files(batch_id))])
     late = jobs.bodies.chunk(batch_id, 1, "out")
     jobs.bodies.write(late, [request_line("late", BODIES[0])])  # any lines: they must not show
     jobs.store.claim(keys.chunk(batch_id, 1), {"completed": 1, "failed": 0})
-    finishing.finish(jobs, batch_id)
+    finalize.run(jobs, batch_id)
     assert status(jobs, batch_id) == batch
     assert [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")] == kept
     assert sorted(results(jobs, batch)) == [f"item-{i}" for i in range(6)]

@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from service.jobs import batches, keys, validation
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.unit.jobs.conftest import request_line, submit
 
 BODY = {"tokens": ["the", "cat"], "d_model": 4, "n_heads": 2}

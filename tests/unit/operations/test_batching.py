@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from attention import AttentionError
-from service.operations import batching, sizes
-from service.operations.limits import Limits
+from service.operations import answers, batching, sizes
 from service.operations.registry import BATCH_OPERATIONS, OPERATIONS
 from service.problems import LimitExceeded, ValidationProblem
+from service.settings import Limits
 
 
 def load(op: str, body: dict) -> tuple[str, dict]:
@@ -20,26 +20,42 @@ def load(op: str, body: dict) -> tuple[str, dict]:
 
 def cost(op: str, params: dict, limits: Limits | None = None) -> int:
     """The item's share of a batch's budget, once it is within its own limits (as /v1/batch counts it)."""
-    work = OPERATIONS[op].work(params)
-    sizes.check(work, limits or Limits())
-    return sizes.cost(work)
+    return sizes.cost(OPERATIONS[op].prepare(params, limits or Limits()).work)
+
+
+def alone(op: str, params: dict, limits: Limits | None = None) -> dict:
+    """What the item's single endpoint computes."""
+    return OPERATIONS[op].compute(OPERATIONS[op].prepare(params, limits or Limits()))
+
+
+def run(items: list[tuple[str, dict]], limits: Limits | None = None) -> list:
+    """batching.run of ``items``, each prepared first as /v1/batch prepares it: one refused there is its error."""
+    results, prepared = {}, []
+    for index, (op, params) in enumerate(items):
+        try:
+            prepared.append((index, op, OPERATIONS[op].prepare(params, limits or Limits())))
+        except Exception as error:
+            results[index] = error
+    computed = batching.run([(op, item) for _, op, item in prepared])
+    results.update((index, result) for (index, _, _), result in zip(prepared, computed, strict=True))
+    return [results[index] for index in range(len(items))]
 
 
 def test_run_equals_each_items_compute_without_an_app():
     rng = np.random.default_rng(3)
     items = [load("multi-head-attention", {"embeddings": rng.normal(size=(4, 8)).tolist(), "n_heads": 2,
                                            "causal": bool(i % 2)}) for i in range(6)]
-    for result, (op, params) in zip(batching.run(items, Limits()), items, strict=True):
-        alone = OPERATIONS[op].compute(params, Limits())
-        np.testing.assert_array_equal(result["output"], alone["output"])
-        np.testing.assert_array_equal(result["weights"], alone["weights"])
+    for result, (op, params) in zip(run(items), items, strict=True):
+        single = alone(op, params)
+        np.testing.assert_array_equal(result["output"], single["output"])
+        np.testing.assert_array_equal(result["weights"], single["weights"])
 
 
 def test_a_failing_group_is_recomputed_one_by_one():
     good = load("attention", {"query": [[1.0, 0.0]], "key": [[1.0, 0.0]], "value": [[2.0]]})
     bad = load("multi-head-attention", {"tokens": ["cat", "it"], "d_model": 6, "n_heads": 4})  # 6 % 4 != 0
     big = load("multi-head-attention", {"tokens": ["cat", "it"], "d_model": 6, "n_heads": 6})
-    results = batching.run([bad, good, bad, big], Limits(max_heads=4))
+    results = run([bad, good, bad, big], Limits(max_heads=4))
     assert isinstance(results[0], AttentionError) and isinstance(results[2], AttentionError)
     assert results[1]["output"].tolist() == [[2.0]]
     assert isinstance(results[3], LimitExceeded)
@@ -92,17 +108,18 @@ def test_an_item_past_its_limits_is_refused_by_the_check_its_single_endpoint_mak
     item answers that 422 and counts nothing), raised before any compute."""
     params = load(op, body)[1]
     with pytest.raises(LimitExceeded) as checked:
-        sizes.check(OPERATIONS[op].work(params), limits)
-    with pytest.raises(LimitExceeded) as computed:
-        OPERATIONS[op].compute(params, limits)
-    assert checked.value.members == computed.value.members
+        OPERATIONS[op].prepare(params, limits)
+    [refused], sized = answers.size([(op, body)], limits, lambda index: ())
+    assert not sized and refused.members["limit"] == checked.value.members["limit"]  # a batch item's pointers
+    assert [e["detail"] for e in refused.members["errors"]] == [e["detail"] for e in checked.value.members["errors"]]
     assert checked.value.members["limit"]["name"] == limit
     assert [e.get("pointer", e.get("parameter")) for e in checked.value.members["errors"]] == blamed
 
 
 def test_keys_tell_apart_what_compares_equal():
     def key(**options):
-        return batching.prepare(*load("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **options})).key
+        op, params = load("attention", {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]], **options})
+        return batching.grouped(op, OPERATIONS[op].prepare(params, Limits())).key
 
     assert key(scale=0.0) != key(scale=-0.0)
     assert key(mask=[True]) != key() != key(trace=True) is None
@@ -118,15 +135,15 @@ def test_token_items_are_embedded_as_one_group_and_an_unknown_word_fails_alone(m
     calls = []
     endpoint = OPERATIONS["multi-head-attention"]
     monkeypatch.setitem(OPERATIONS, "multi-head-attention",
-                        dataclasses.replace(endpoint, compute=lambda params, limits: calls.append(params) or
-                                            endpoint.compute(params, limits)))
-    results = batching.run([items[0], typo, *items[1:]], Limits())
+                        dataclasses.replace(endpoint, compute=lambda prepared: calls.append(prepared.params) or
+                                            endpoint.compute(prepared)))
+    results = run([items[0], typo, *items[1:]])
     assert [len(params.get("embeddings", ())) for params in calls] == [4, 0]  # one stacked call, the typo alone
     assert isinstance(results[1], ValidationProblem) and "dgo" in results[1].description
     for result, (_, params) in zip([results[0], *results[2:]], items, strict=True):
-        alone = endpoint.compute(params, Limits())
-        np.testing.assert_array_equal(result["output"], alone["output"])
-        np.testing.assert_array_equal(result["weights"], alone["weights"])
+        single = alone("multi-head-attention", params)
+        np.testing.assert_array_equal(result["output"], single["output"])
+        np.testing.assert_array_equal(result["weights"], single["weights"])
 
 
 @pytest.mark.parametrize("op", ["self-attention", "multi-head-attention", "encoder"])
@@ -137,7 +154,7 @@ def test_a_d_model_that_differs_from_the_embeddings_fails_its_item_in_any_order(
     body = {key: value for key, value in body.items() if key in OPERATIONS[op].request().fields}
     good, bad = load(op, body), load(op, {**body, "d_model": 8})
     for items, bad_at in (([good, bad], 1), ([bad, good], 0)):
-        results = batching.run(items, Limits())
+        results = run(items)
         assert isinstance(results[bad_at], ValidationProblem), results[bad_at]
         assert not isinstance(results[1 - bad_at], Exception)
 
@@ -156,13 +173,13 @@ def test_a_stack_within_g_times_every_size_limit_is_computed_as_one_call(monkeyp
     rng = np.random.default_rng(5)
     items = [load("attention", {"query": rng.normal(size=(2, 3, 2)).tolist(), "key": [[1.0, 0.0]],
                                 "value": rng.normal(size=(1, 4)).tolist()}) for _ in range(8)]
-    monkeypatch.setattr(batching, "_alone", lambda job, limits: pytest.fail("computed alone"))
-    results = batching.run(items, Limits(max_output_elements=2 * 3 * 4))
+    monkeypatch.setattr(batching, "_alone", lambda job: pytest.fail("computed alone"))
+    results = run(items, Limits(max_output_elements=2 * 3 * 4))
     assert [result["output"].shape for result in results] == [(2, 3, 4)] * 8
 
 
 def draws(items: list[tuple[str, dict]]) -> int:
-    return sizes.draws(OPERATIONS[op].work(params) for op, params in items)
+    return sizes.draws(OPERATIONS[op].prepare(params, Limits()).work for op, params in items)
 
 
 def test_seeded_draws_count_each_distinct_layer_once():

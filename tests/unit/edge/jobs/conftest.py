@@ -12,20 +12,18 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.edge import create_app
-from service.jobs.queue import Jobs
-from service.jobs.settings import Settings
-from service.operations.limits import Limits
+from service.jobs.context import Jobs
+from service.settings import JobSettings
+from tests.conftest import app_with
 from tests.unit.edge.test_openapi import response_schema, validator
 from tests.unit.jobs.conftest import watched
 
 
 @pytest.fixture
 def make_app(tmp_path: Path) -> Callable[..., Flask]:
-    """``make_app(limits=..., API_KEYS=...)``: an app whose batch jobs keep everything under tmp_path/data."""
-    def make(limits: Limits | None = None, **config: Any) -> Flask:
-        return create_app({"TESTING": True, "JOBS": Settings(data_dir=tmp_path / "data"),
-                           "LIMITS": limits or Limits(), **config})
+    """``make_app(limits=..., access=...)``: an app whose batch jobs keep everything under tmp_path/data."""
+    def make(**changes: Any) -> Flask:
+        return app_with(**{"jobs": JobSettings(data_dir=tmp_path / "data"), **changes})
     return make
 
 

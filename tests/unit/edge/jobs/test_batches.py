@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from service.jobs.endpoints import endpoints
-from service.jobs.settings import Settings
+from service.settings import Access, JobSettings
 from tests.conftest import assert_problem
 from tests.unit.edge.jobs.conftest import conforms, jobs_of, upload
 from tests.unit.jobs.conftest import body_of, drain, lines_of, request_line
@@ -147,7 +147,7 @@ def test_cancel_answers_cancelling_and_a_finished_batch_cannot_be_cancelled(app,
 
 
 def test_with_api_keys_a_key_sees_only_its_own_files_and_batches(make_app):
-    app = make_app(API_KEYS="a,b")
+    app = make_app(access=Access(api_keys=("a", "b")))
     client = app.test_client()
     a, b = {"Authorization": "Bearer a"}, {"Authorization": "Bearer b"}
     file = upload(client, LINES, **a)
@@ -174,7 +174,7 @@ def test_with_api_keys_a_key_sees_only_its_own_files_and_batches(make_app):
 
 
 def test_an_output_of_many_chunks_reads_as_one_file_in_ranges_and_revalidates(make_app, tmp_path):
-    app = make_app(JOBS=Settings(data_dir=tmp_path / "data", chunk_items=1))  # three chunks: three parts
+    app = make_app(jobs=JobSettings(data_dir=tmp_path / "data", chunk_items=1))  # three chunks: three parts
     client = app.test_client()
     batch_id = create(client, upload(client, LINES)["id"]).get_json()["id"]
     drain(jobs_of(app))

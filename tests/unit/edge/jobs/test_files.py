@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.conftest import assert_problem
 from tests.unit.edge.jobs.conftest import conforms, jobs_of, stored, upload
 from tests.unit.jobs.conftest import drain, request_line

@@ -7,8 +7,8 @@ import pytest
 
 import attention as engine
 from service.edge.v1 import examples
-from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS
+from service.settings import Limits
 from tests.conftest import assert_problem
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
@@ -232,7 +232,8 @@ def test_results_have_exactly_their_response_schemas_shape(op, variant):
     """The compute endpoints and batch items write their results without a dump through the response
     schema (it only copied them): so no result may hold anything the schema would drop or change."""
     operation = OPERATIONS[op]
-    result = operation.compute(operation.request().load({**examples.request(op), **variant}), Limits())
+    result = operation.compute(operation.prepare(operation.request().load({**examples.request(op), **variant}),
+                                                 Limits()))
     _same_shape(RESPONSES[op]().dump(result), result)
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from service.edge import create_app
 from service.edge.v1 import examples
-from service.operations.limits import Limits
 from service.operations.registry import OPERATIONS
-from tests.conftest import assert_problem
+from service.settings import Limits
+from tests.conftest import app_with, assert_problem
 
 OPS = ["attention", "self-attention", "multi-head-attention", "encoder", "embed", "positional-encoding"]
 
@@ -132,7 +132,7 @@ def test_envelope_errors_say_what_was_expected(client, requests_, where, detail)
 
 
 def test_body_errors_are_the_usual_400_415_413():
-    client = create_app({"TESTING": True, "LIMITS": Limits(max_body_bytes=100)}).test_client()
+    client = app_with(limits=Limits(max_body_bytes=100)).test_client()
     assert_problem(client.post("/v1/batch", data=b"{", content_type="application/json"), 400)
     assert_problem(client.post("/v1/batch", data=b"{}", content_type="text/plain"), 415)
     assert_problem(client.post("/v1/batch", json={"requests": [{"id": "x" * 100, "op": "embed", "body": {}}]}), 413)
@@ -149,18 +149,18 @@ def items_of(count: int) -> dict:
 
 
 def test_max_batch_items_at_and_past_the_boundary():
-    client = create_app({"TESTING": True, "LIMITS": Limits(max_batch_items=3)}).test_client()
+    client = app_with(limits=Limits(max_batch_items=3)).test_client()
     assert client.get("/v1/limits").get_json()["max_batch_items"] == 3
     assert len(client.post("/v1/batch", json=items_of(3)).get_json()["responses"]) == 3
     problem = assert_problem(client.post("/v1/batch", json=items_of(4)), 413)
     assert problem["limit"] == {"name": "max_batch_items", "maximum": 3, "value": 4}
 
 
-def test_max_batch_items_defaults_to_256_and_comes_from_the_environment(client, monkeypatch):
+def test_max_batch_items_defaults_to_256_and_comes_from_the_environment(client, environ):
     assert client.get("/v1/limits").get_json()["max_batch_items"] == 256
     assert client.post("/v1/batch", json=items_of(256)).status_code == 200
     assert_problem(client.post("/v1/batch", json=items_of(257)), 413)
-    monkeypatch.setenv("ATTENTION_MAX_BATCH_ITEMS", "2")
+    environ.setenv("ATTENTION_MAX_BATCH_ITEMS", "2")
     assert create_app({"TESTING": True}).test_client().get("/v1/limits").get_json()["max_batch_items"] == 2
 
 
@@ -170,9 +170,9 @@ MHA = {"embeddings": np.ones((2, 3, 4)).tolist(), "n_heads": 2}  # weights 2*2*3
 def test_max_batch_elements_at_and_past_the_boundary():
     items = {"requests": [{"id": str(i), "op": "multi-head-attention", "body": MHA} for i in range(3)]}
     budget = 3 * 240 + 4 * 4 * 4  # the items, and the weights of their one seeded layer (W_q, W_k, W_v, W_o: 4 x 4)
-    at = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=budget)}).test_client()
+    at = app_with(limits=Limits(max_batch_elements=budget)).test_client()
     assert [a["status"] for a in at.post("/v1/batch", json=items).get_json()["responses"]] == [200] * 3
-    past = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=budget - 1)}).test_client()
+    past = app_with(limits=Limits(max_batch_elements=budget - 1)).test_client()
     problem = assert_problem(past.post("/v1/batch", json=items), 413, "/requests/0", "/requests/1", "/requests/2")
     assert problem["limit"] == {"name": "max_batch_elements", "maximum": budget - 1, "value": budget}
     assert [error["detail"] for error in problem["errors"]] == ["240 units of work"] * 3
@@ -184,7 +184,7 @@ def test_a_batch_past_its_budget_names_its_costliest_items_first():
                                                                           "n_heads": 2}
     bodies = [small, large, {"n_heads": 2}, small, large, small, small, small]
     items = {"requests": [{"id": str(i), "op": "multi-head-attention", "body": body} for i, body in enumerate(bodies)]}
-    client = create_app({"TESTING": True, "LIMITS": Limits(max_batch_elements=100)}).test_client()
+    client = app_with(limits=Limits(max_batch_elements=100)).test_client()
     assert_problem(client.post("/v1/batch", json=items), 413, "/requests/1", "/requests/4", "/requests/0",
                    "/requests/3", "/requests/5")
 
@@ -202,7 +202,7 @@ def test_a_batch_whose_answer_would_not_fit_a_worker_is_refused_before_compute(c
 def test_an_item_past_its_own_limits_gets_its_422_and_counts_only_up_to_them():
     # The big item counts as the 2 sentences its limit allows, 4 * (36 weights + 24 outputs) = 240 (360 if it
     # counted fully), like each other item: 720, and 64 for the seeded layer they share: 784 in all.
-    client = create_app({"TESTING": True, "LIMITS": Limits(max_weight_elements=36, max_batch_elements=784)})
+    client = app_with(limits=Limits(max_weight_elements=36, max_batch_elements=784))
     huge = {**MHA, "embeddings": np.ones((3, 3, 4)).tolist()}  # 54 weights: past max_weight_elements alone
     answers = client.test_client().post("/v1/batch", json={"requests": [
         {"id": "a", "op": "multi-head-attention", "body": MHA}, {"id": "b", "op": "multi-head-attention", "body": huge},
@@ -278,9 +278,9 @@ def test_grouping_never_mixes_items_up(client, monkeypatch):
     for op in ("attention", "self-attention", "multi-head-attention", "encoder"):
         operation = OPERATIONS[op]
 
-        def counted(params, limits, compute_fn=operation.compute, op=op):
+        def counted(prepared, compute_fn=operation.compute, op=op):
             calls.append(op)
-            return compute_fn(params, limits)
+            return compute_fn(prepared)
 
         monkeypatch.setitem(OPERATIONS, op, dataclasses.replace(operation, compute=counted))
     answers = assert_same_as_singles(client, items)

@@ -6,9 +6,8 @@ import io
 
 import pytest
 
-from service.edge import create_app
-from service.operations.limits import Limits
-from tests.conftest import assert_problem
+from service.settings import Limits
+from tests.conftest import app_with, assert_problem
 
 CHUNKED = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
 TERMINATED = {"wsgi.input_terminated": True}  # what gunicorn sets for a chunked body
@@ -149,7 +148,7 @@ def test_body_over_the_limit_is_413_before_reading(client, app):
 
 def test_chunked_body_over_the_limit_is_413():
     """No Content-Length: the service counts while reading instead of cutting the body."""
-    app = create_app({"TESTING": True, "LIMITS": Limits(max_body_bytes=1000)})
+    app = app_with(limits=Limits(max_body_bytes=1000))
     body = b'{"query": [[' + b"1.0, " * 300 + b"1.0]]}"
     response = app.test_client().post("/v1/attention", input_stream=io.BytesIO(body),
                                       headers=CHUNKED, environ_overrides=TERMINATED)

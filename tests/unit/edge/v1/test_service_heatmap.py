@@ -7,11 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from service.edge import create_app
 from service.edge.v1.heatmap import EXAMPLE
-from service.operations.limits import Limits
 from service.operations.palette import LUT
-from tests.conftest import assert_problem
+from service.settings import Limits
+from tests.conftest import app_with, assert_problem
 from tests.unit.operations.test_heatmap import SVG_NS, cells, parse
 
 SENTENCE = ["the", "cat", "ate", "food", "it"]
@@ -112,7 +111,7 @@ def test_heatmap_refuses_bodies_that_are_not_json(client):
 
 
 def client_with(**limits):
-    return create_app({"TESTING": True, "LIMITS": Limits(**limits)}).test_client()
+    return app_with(limits=Limits(**limits)).test_client()
 
 
 def test_max_heatmap_cells_at_and_just_past_the_boundary():

@@ -8,28 +8,28 @@ import numpy as np
 import pytest
 
 from service.edge import create_app
-from service.operations.limits import Limits, env_name
-from tests.conftest import assert_problem
+from service.settings import Limits, from_env
+from tests.conftest import app_with, assert_problem
 
 
 def client_with(**limits):
-    return create_app({"TESTING": True, "LIMITS": Limits(**limits)}).test_client()
+    return app_with(limits=Limits(**limits)).test_client()
 
 
 def test_limits_are_served_with_their_defaults(client):
     assert client.get("/v1/limits").get_json() == dataclasses.asdict(Limits())
 
 
-def test_limits_come_from_the_environment(monkeypatch):
-    monkeypatch.setenv("ATTENTION_MAX_HEADS", "3")
-    monkeypatch.setenv(env_name("max_body_bytes"), "4096")
+def test_limits_come_from_the_environment(environ):
+    environ.setenv("ATTENTION_MAX_HEADS", "3")
+    environ.setenv("ATTENTION_MAX_BODY_BYTES", "4096")
     served = create_app({"TESTING": True}).test_client().get("/v1/limits").get_json()
     assert served["max_heads"] == 3 and served["max_body_bytes"] == 4096
     # each refused by the variable's name, not a bare int() error; and only ASCII digits (int() takes more)
     for bad in ("0", "-3", "abc", "1.5", "", "1_000", "\u0663"):
-        monkeypatch.setenv("ATTENTION_MAX_LAYERS", bad)
+        environ.setenv("ATTENTION_MAX_LAYERS", bad)
         with pytest.raises(ValueError, match=f"ATTENTION_MAX_LAYERS must be a positive integer, got '{bad}'"):
-            Limits.from_env()
+            from_env()
 
 
 def attention_of(n_q: int, n_k: int, d: int = 1, batch: int | None = None) -> dict:

@@ -12,11 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attention
-from service.edge import create_app
 from service.operations import catalogue
-from service.operations.limits import Limits
+from service.settings import Limits
 from tests.close import FLOAT32, assert_close
-from tests.conftest import assert_problem
+from tests.conftest import app_with, assert_problem
 from tests.unit.engine.reference import TOLERANCE, max_difference, run_reference
 from tests.unit.operations.test_heatmap import SVG_NS, cells, parse
 
@@ -64,12 +63,11 @@ def test_an_unknown_model_is_a_404_naming_the_known_ones_on_every_route(client, 
 
 
 @pytest.fixture
-def no_models(monkeypatch) -> Iterator:
+def no_models() -> Iterator:
     """A client of an app built with ATTENTION_MODELS="" (create_app installs the process's catalogue; the
     default one is installed again afterwards)."""
-    monkeypatch.setenv("ATTENTION_MODELS", "")
-    yield create_app({"TESTING": True}).test_client()
-    catalogue.install(catalogue.from_env({}))
+    yield app_with(models="").test_client()
+    catalogue.install(catalogue.load(None))
 
 
 def test_with_no_model_the_list_is_empty_every_model_is_404_and_the_spec_builds(no_models):
@@ -357,3 +355,28 @@ def test_a_bad_batch_item_fails_alone(client):
     assert answers[3]["error"]["limit"]["name"] == "max_text_chars"
     assert_close(answers[0]["body"], answer(client, {"text": "the dog ate", "layers": [0], "heads": [0]}), **FLOAT32)
     assert_close(answers[5]["body"], answer(client, {"text": "a cat sat", "layers": [0], "heads": [0]}), **FLOAT32)
+
+
+@pytest.mark.parametrize(("url", "body"), [
+    (URL, {"text": SENTENCE, "layers": [3], "heads": [1]}),
+    (URL + "?format=svg", {"text": SENTENCE, "layers": [3], "heads": [1]}),
+    (URL + "/heatmap", {"text": SENTENCE, "layers": [3]}),
+    ("/v1/batch", {"requests": [{"id": "a", "op": "model-attention", "body": {"text": SENTENCE, "model": MODEL}}]}),
+])
+def test_a_request_looks_its_model_up_once_and_tokenizes_its_text_once(client, monkeypatch, url, body):
+    """Prepared once (service.operations.inputs.Prepared): the model found, the text tokenized, the layers and heads
+    chosen, one time each, whatever the route."""
+    lookups, texts = [], []
+
+    class Served(dict):  # the served models, each lookup counted
+        def get(self, name, default=None):
+            lookups.append(name)
+            return super().get(name, default)
+
+    monkeypatch.setattr(catalogue, "_served", Served(catalogue.served()))
+    encode = attention.WordPieces.encode
+    monkeypatch.setattr(attention.WordPieces, "encode", lambda self, text, pair=None: texts.append(text) or encode(
+        self, text, pair))
+    response = client.post(url, json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert lookups == [MODEL] and texts == [SENTENCE]

