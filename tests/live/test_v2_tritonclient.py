@@ -249,12 +249,13 @@ def test_trained_model_errors_are_protocol_errors(triton_client):
     assert triton_client.is_server_ready()
 
 
-def test_the_readme_trained_model_example_prints_what_it_shows(live_server):
-    """The README's tritonclient example of the trained model, run as written against the real server."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```python\n", readme.index("A trained model, two sentences in one call")) + 10
-    code = readme[start:readme.index("```", start)]
-    shown = readme[readme.index("prints\n```\n", start) + 11:]
+def test_the_docs_trained_model_example_prints_what_it_shows(live_server):
+    """The manual's tritonclient example of the trained model (docs/v2.md), run as written against the real
+    server."""
+    page = (ROOT / "docs" / "v2.md").read_text()
+    start = page.index("```python\n", page.index("A trained model, two sentences in one call")) + 10
+    code = page[start:page.index("```", start)]
+    shown = page[page.index("```\n", page.index("prints", start + len(code))) + 4:]
     shown = shown[:shown.index("```")]
     ran = subprocess.run([sys.executable, "-c", code.replace("localhost:8000", live_server.removeprefix("http://"))],
                          capture_output=True, text=True, timeout=60)

@@ -40,7 +40,7 @@ def test_gunicorn_defaults(environ):
     assert conf["worker_class"] == "sync" and conf["bind"] == "127.0.0.1:8000"
     assert conf["workers"] == cpus.default_workers()  # the cgroup's CPU quota, else one per core
     assert os.environ["OPENBLAS_NUM_THREADS"] == os.environ["OMP_NUM_THREADS"] == "1"
-    # the README's figures: timeout 30 s, graceful 20 s, recycling after 10000 requests, jitter 1000
+    # docs/configuration.md's figures: timeout 30 s, graceful 20 s, recycling after 10000 requests, jitter 1000
     assert (conf["timeout"], conf["graceful_timeout"], conf["max_requests"], conf["max_requests_jitter"]) == (
         30, 20, 10000, 1000)
     assert conf["preload_app"] is True                # a recycled worker forks from the loaded app

@@ -117,17 +117,15 @@ def test_protocol_parameters_it_does_not_use_are_ignored(client):
     assert response.status_code == 200
 
 
-def readme_v2_curls() -> list[tuple[str, str | None, str]]:
-    """(path, JSON body or None, answer) of each plain curl example in the README's v2 section."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Open Inference Protocol (v2)"):]
-    section = section[:section.index("\n## ", 1)]
+def docs_v2_curls() -> list[tuple[str, str | None, str]]:
+    """(path, JSON body or None, answer) of each plain curl example of the manual's v2 page (docs/v2.md)."""
+    page = (ROOT / "docs" / "v2.md").read_text()
     pattern = re.compile(r"^\$ curl -s localhost:8000(\S+)(?: -d '(.*?)')?\n(\{.*?\})$", re.M | re.S)
-    return [(path, body, answer) for path, body, answer in pattern.findall(section)]
+    return [(path, body, answer) for path, body, answer in pattern.findall(page)]
 
 
-def test_readme_v2_curl_answers_are_real(client):
-    examples = readme_v2_curls()
+def test_docs_v2_curl_answers_are_real(client):
+    examples = docs_v2_curls()
     assert len(examples) == 3
     for path, body, answer in examples:
         response = client.post(path, data=body) if body else client.get(path)
