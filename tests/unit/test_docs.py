@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs.settings import Settings
-from service.operations import catalogue
-from service.operations.limits import Limits, env_name
+from service import settings
 from tests.conftest import ROOT
-from tests.harness import read_variables
 
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -136,48 +133,7 @@ def test_the_picture_is_the_services():
     assert weight and round(float(weight.group(1)), 2) == 0.68
 
 
-def configuration_table() -> list[tuple[str, str, str]]:
-    """(variable, default, meaning) of each row of docs/configuration.md's one table."""
-    lines = prose_lines((DOCS / "configuration.md").read_text())
-    header = lines.index("| Variable | Default | Meaning |")
-    assert re.fullmatch(r"\|( --- \|){3}", lines[header + 1])
-    rows = []
-    for line in lines[header + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
-        assert len(cells) == 3, line
-        name = re.fullmatch(r"`([A-Z][A-Z0-9_]*)`", cells[0])
-        assert name, f"one variable name in backticks per row: {line}"
-        rows.append((name.group(1), cells[1], cells[2]))
-    assert sum(line.startswith("| Variable |") for line in lines) == 1, "one table"
-    return rows
-
-
-def service_variables() -> set[str]:
-    """Every variable the service reads: the names in its os.environ calls, the limits' names, ATTENTION_MODELS,
-    the jobs' settings (read through a helper) and the BLAS libraries' thread counts."""
-    jobs = set(re.findall(r'"(ATTENTION_[A-Z_]+)"', (ROOT / "service" / "jobs" / "settings.py").read_text()))
-    limits = {env_name(name) for name in Limits().as_dict()}
-    return read_variables() | limits | {catalogue.VARIABLE} | jobs | BLAS_VARIABLES
-
-
-def test_the_configuration_table_names_every_variable_once():
-    names = [name for name, _, _ in configuration_table()]
-    assert [name for name, count in Counter(names).items() if count > 1] == []
-    assert service_variables() - set(names) == set(), "variables the service reads, missing from the table"
-    sources = "\n".join(path.read_text() for path in (ROOT / "service").rglob("*.py"))
-    stale = {name for name in names if name not in service_variables() and f'"{name}"' not in sources}
-    assert stale == set(), "rows of variables the service no longer reads"
-
-
-def test_the_configuration_table_has_the_limits_and_the_jobs_defaults():
-    table = {name: default for name, default, _ in configuration_table()}
-    for name, value in Limits().as_dict().items():
-        assert table[env_name(name)] == f"`{value}`", name
-    defaults = Settings()
-    for name, field in {"ATTENTION_BATCH_CHUNK_ITEMS": "chunk_items", "ATTENTION_BATCH_LEASE_SECONDS": "lease_seconds",
-                        "ATTENTION_BATCH_REAP_SECONDS": "reap_seconds",
-                        "ATTENTION_BATCH_WINDOW_SECONDS": "window_seconds"}.items():
-        assert table[name] == f"`{getattr(defaults, field):g}`", name
-    assert table["ATTENTION_DATA_DIR"].startswith(f"`{defaults.data_dir}`")
+def test_the_configuration_table_is_the_settings():
+    """Every variable service.settings declares, with its default and meaning, in its order: the table is
+    ``python -m service.settings``'s output."""
+    assert settings.table() in (DOCS / "configuration.md").read_text()
