@@ -25,6 +25,9 @@ SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 MAX_EXAMPLES = 15  # per operation and phase
 SEED = 7
 BATCH = "/v1/batch"
+# CPython 3.11's ast.parse, called by hypothesis from schemathesis' two worker threads to describe a lambda, fails
+# now and then with this (cpython gh-106905, fixed in 3.12): schemathesis then reports an engine error, not a finding.
+CPYTHON_AST_FAULT = "AST constructor recursion depth mismatch"
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +41,12 @@ def server():
     (["--include-path", BATCH], "positive_data_acceptance,negative_data_rejection"),
 ], ids=["every-operation-but-batch", "batch"])
 def test_schemathesis_finds_nothing(server, tmp_path, where, skip_checks):
-    result = subprocess.run(
-        [str(SCHEMATHESIS), "run", str(ROOT / "openapi.yaml"), "--url", server.url, *where, "--mode", "all",
-         "--checks", "all", "--exclude-checks", skip_checks, "--max-examples", str(MAX_EXAMPLES),
-         "--seed", str(SEED), "--workers", "2", "--request-timeout", "20", "--max-time", "100", "--no-shrink",
-         "--phases", "examples,coverage,fuzzing",
-         "--report-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    command = [str(SCHEMATHESIS), "run", str(ROOT / "openapi.yaml"), "--url", server.url, *where, "--mode", "all",
+               "--checks", "all", "--exclude-checks", skip_checks, "--max-examples", str(MAX_EXAMPLES),
+               "--seed", str(SEED), "--workers", "2", "--request-timeout", "20", "--max-time", "100", "--no-shrink",
+               "--phases", "examples,coverage,fuzzing", "--report-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    if result.returncode and CPYTHON_AST_FAULT in result.stdout:  # not ours: run it again, once
+        result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-2000:]
     assert "Traceback" not in server.log(), server.log()[-4000:]
