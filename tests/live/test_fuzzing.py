@@ -26,7 +26,7 @@ MAX_EXAMPLES = 15  # per operation and phase
 SEED = 7
 BATCH = "/v1/batch"
 # CPython 3.11's ast.parse, called by hypothesis from schemathesis' two worker threads to describe a lambda, fails
-# now and then with this (cpython gh-106905, fixed in 3.12): schemathesis then reports an engine error, not a finding.
+# now and then with this (cpython gh-106905): schemathesis then reports an engine error, not a finding.
 CPYTHON_AST_FAULT = "AST constructor recursion depth mismatch"
 
 
