@@ -2,6 +2,9 @@
 
 Run:  .venv/bin/python benchmarks/batch.py               (about a minute)
       .venv/bin/python benchmarks/batch.py --repeats 3
+      .venv/bin/python benchmarks/batch.py --before ../old --repeats 12
+          (a change's guard: ../old, a checkout of the code before it with its own venv, served beside it and
+          timed in the same rounds)
 
 It starts the real gunicorn (service/gunicorn.conf.py, one sync worker, a free loopback port; stopped at
 the end) and measures, in the same run, from one client (a requests.Session: the sync worker closes
@@ -18,6 +21,7 @@ benchmark, not a test: nothing asserts timings.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -32,7 +36,8 @@ import requests
 if __package__ in (None, ""):  # run as a script: make the repo root importable (service/)
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from tests.harness import Gunicorn
+from benchmarks.http_load import bracketed
+from tests.harness import ROOT, Gunicorn
 
 TIMEOUT = 120  # seconds per HTTP call: bounded even if the server misbehaves
 JSON = {"Content-Type": "application/json"}
@@ -77,19 +82,32 @@ def timed(run: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def compare(name: str, server: Gunicorn, bodies: list[dict[str, Any]], repeats: int) -> float:
-    """Check batch == singles, then time both, alternating round by round (so drift on this shared
-    machine hits both alike); print medians, items/s and the ratio; return the ratio."""
+def compare(name: str, servers: dict[str, Gunicorn], bodies: list[dict[str, Any]], repeats: int) -> float:
+    """Check batch == singles, then time both on each server, alternating round by round (so drift on this shared
+    machine hits all alike); print medians, items/s and the ratio per server (and, with a before, after/before of
+    the paired rounds' ratios); return this code's ratio."""
+    rounds: dict[str, list[tuple[float, float]]] = {label: [] for label in servers}
     with requests.Session() as session:
-        assert batch(session, server.url, bodies) == singles(session, server.url, bodies), f"{name}: answers differ"
-        rounds = [(timed(lambda: singles(session, server.url, bodies)),
-                   timed(lambda: batch(session, server.url, bodies))) for _ in range(repeats)]
-    single_s, batch_s = (statistics.median(times) for times in zip(*rounds, strict=True))
-    count = len(bodies)
-    ratio = single_s / batch_s
-    print(f"{name:8} {count:4} items   singles {single_s * 1e3:8.1f} ms ({count / single_s:8.0f} items/s)   "
-          f"batch {batch_s * 1e3:8.1f} ms ({count / batch_s:8.0f} items/s)   batch/singles {ratio:5.1f}x")
-    return ratio
+        for label, server in servers.items():
+            answers = batch(session, server.url, bodies)
+            assert answers == singles(session, server.url, bodies), f"{name} ({label}): answers differ"
+        for _ in range(repeats):
+            for label, server in servers.items():
+                rounds[label].append((timed(lambda url=server.url: singles(session, url, bodies)),
+                                      timed(lambda url=server.url: batch(session, url, bodies))))
+    count, ratios = len(bodies), {}
+    for label, timings in rounds.items():
+        single_s, batch_s = (statistics.median(times) for times in zip(*timings, strict=True))
+        ratios[label] = [single / together for single, together in timings]
+        print(f"{name:8} {label:6} {count:4} items   singles {single_s * 1e3:8.1f} ms ({count / single_s:8.0f} "
+              f"items/s)   batch {batch_s * 1e3:8.1f} ms ({count / batch_s:8.0f} items/s)   batch/singles "
+              f"{statistics.median(ratios[label]):5.1f}x {bracketed(ratios[label], '.1f')}")
+    if "before" in ratios:
+        change = [now / then for now, then in zip(ratios["after"], ratios["before"], strict=True)]
+        print(f"{name:8} after/before of batch/singles, per round: {statistics.median(change):.3f}x "
+              f"{bracketed(change, '.3f')}")
+    return statistics.median(ratios["after"])
+
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -101,13 +119,17 @@ def memory_kib(pid: int) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds per case (medians reported)")
+    parser.add_argument("--before", type=Path, help="a checkout of the code before a change, with its venv")
     args = parser.parse_args()
-    with Gunicorn({"GUNICORN_MAX_REQUESTS": "1000000"}, workers=1) as server:
-        [worker] = server.workers()
+    roots = {"after": ROOT, **({"before": args.before} if args.before else {})}
+    with contextlib.ExitStack() as stack:
+        servers = {label: stack.enter_context(Gunicorn({"GUNICORN_MAX_REQUESTS": "1000000"}, workers=1, root=root))
+                   for label, root in roots.items()}
+        [worker] = servers["after"].workers()
         started = memory_kib(worker)
-        print(f"gunicorn at {server.url}, 1 sync worker (pid {worker}), {args.repeats} repetitions, medians")
-        ratio = compare("demo-5", server, demo5_items(64), args.repeats)
-        compare("n128", server, large_items(256), max(1, args.repeats // 2))
+        print(f"gunicorn at {servers['after'].url}, 1 sync worker (pid {worker}), {args.repeats} repetitions, medians")
+        ratio = compare("demo-5", servers, demo5_items(64), args.repeats)
+        compare("n128", servers, large_items(256), max(1, args.repeats // 2))
         peak = memory_kib(worker)
     print(f"worker memory: RSS after start-up {started['VmRSS'] / 1024:.0f} MiB, "
           f"peak (VmHWM) {peak['VmHWM'] / 1024:.0f} MiB")

@@ -2,6 +2,9 @@
 
 Run:  .venv/bin/python benchmarks/http_load.py                 (about 45 s; needs wrk: apt-get install -y wrk)
       .venv/bin/python benchmarks/http_load.py --seconds 3 --rounds 5 --clients 1 8 32
+      .venv/bin/python benchmarks/http_load.py --before ../old --rounds 12 --clients 1 8
+          (a change's guard: ../old is a checkout of the code before it, e.g. `git worktree add ../old <commit>`,
+          with its own venv, `make setup-test`; its real app runs in the same rounds)
 
 Both servers run service/gunicorn.conf.py (sync workers, one per core, max_requests with jitter) on
 a free loopback port: the real one serves service.wsgi:app, the baseline benchmarks/bare_app.py (parses
@@ -52,20 +55,25 @@ def wrk(url: str, clients: int, seconds: int) -> dict:
     return summary
 
 
-def measure(levels: list[int], seconds: float, rounds: int) -> dict[str, dict[int, list[dict]]]:
+def measure(levels: list[int], seconds: float, rounds: int, before: Path | None) -> dict[str, dict[int, list[dict]]]:
     """Both servers up at once; per level, ``rounds`` runs of each, alternating bare and real, so a noisy
     minute of this shared machine lands on both sides (measured in two phases, one noisy phase moved the
     ratio by 10 points), and which goes first swaps every round (with a fixed order, the second server of
     each round measured 3-6% slower at 1 client). An idle sync worker sleeps in select(): the other server
     costs nothing meanwhile."""
-    runs: dict[str, dict[int, list[dict]]] = {name: {level: [] for level in levels} for name in APPS}
+    servers = {name: {"app": app} for name, app in APPS.items()}
+    if before is not None:
+        servers["before"] = {"app": APPS["real"], "root": before}
+    runs: dict[str, dict[int, list[dict]]] = {name: {level: [] for level in levels} for name in servers}
     with contextlib.ExitStack() as stack:
-        urls = {name: stack.enter_context(Gunicorn(app=app)).url for name, app in APPS.items()}
+        urls = {name: stack.enter_context(Gunicorn(**options)).url for name, options in servers.items()}
         for url in urls.values():
             wrk(url, 4, 1)  # warm-up: imports, first allocations, example caches
+        names = list(servers)
         for level in levels:
             for round_ in range(rounds):
-                for name in (APPS if round_ % 2 == 0 else reversed(APPS)):
+                shift = round_ % len(names)  # who goes first turns every round
+                for name in names[shift:] + names[:shift]:
                     runs[name][level].append(wrk(urls[name], level, seconds))
     return runs
 
@@ -94,17 +102,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=2, help="per run (default 2)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per level and server, alternating (default 3)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--before", type=Path, help="a checkout of the code before a change, with its venv")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed: apt-get install -y wrk")
-    runs = measure(args.clients, args.seconds, args.rounds)
+    runs = measure(args.clients, args.seconds, args.rounds, args.before)
     print(f"POST {PATH}, demo-5 size (5x8 random embeddings, 4 heads, causal); medians of {args.rounds} runs of "
           f"{args.seconds:g} s per level and server, alternating; wrk -t1, every request a new TCP connection "
           "(sync workers close them)")
     print(f"{'clients':>7} | {'server':<5} | {'req/s':>7} | {'p50 ms':>6} | {'p99 ms':>6} | {'max ms':>6} | "
           f"{'errors':>6} | {'wrk CPU':>7}")
     for clients in args.clients:
-        for name in APPS:
+        for name in runs:
             r = runs[name][clients]
             print(f"{clients:>7} | {name:<5} | {median_of(r, 'rps'):>7.0f} | {median_of(r, 'p50_us') / 1e3:>6.2f} | "
                   f"{median_of(r, 'p99_us') / 1e3:>6.2f} | {max(run['max_us'] for run in r) / 1e3:>6.1f} | "
@@ -117,6 +126,18 @@ def main() -> None:
         spread = f"95% interval {interval[0]:.0%}-{interval[1]:.0%}" if interval else "too few rounds for an interval"
         print(f"{clients:>7} | ratio real/bare: throughput {statistics.median(paired):.0%} ({spread} of the median; "
               f"target >= 65%; per round {ratios}), p99 x{p99:.2f}")
+        if "before" in runs:
+            earlier = [old["rps"] / b["rps"] for b, old in zip(bare, runs["before"][clients], strict=True)]
+            change = [now / then for now, then in zip(paired, earlier, strict=True)]
+            print(f"{clients:>7} | before/bare {statistics.median(earlier):.1%} {bracketed(earlier, '.1%')}; "
+                  f"after/bare {statistics.median(paired):.1%} {bracketed(paired, '.1%')}; after/before per round "
+                  f"{statistics.median(change):.3f}x {bracketed(change, '.3f')}")
+
+
+def bracketed(values: list[float], form: str) -> str:
+    """The 95% interval of the median of ``values`` in brackets, each end in ``form`` (``".1%"``)."""
+    interval = median_interval(values)
+    return f"[{interval[0]:{form}}, {interval[1]:{form}}]" if interval else "[too few rounds]"
 
 
 if __name__ == "__main__":

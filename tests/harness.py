@@ -234,8 +234,10 @@ class Gunicorn:
     CONTAINER_ONLY); no job workers (ATTENTION_EMBEDDED_WORKERS=0) unless ``env`` asks for them, and a fresh
     ATTENTION_DATA_DIR, removed at the end, unless ``env`` names one (never the checkout's ./data, nor compose's
     /data volume);
-    ``app`` replaces the WSGI app (module:name, importable from the repository root); ``preexec_fn`` runs in the
-    child before gunicorn is exec'd (e.g. to join a cgroup, which the workers then inherit). A fresh metrics
+    ``app`` replaces the WSGI app (module:name, importable from the repository root); ``root`` serves another
+    checkout of the service instead, with its own venv (the benchmarks' ``--before``: the code before a change);
+    ``preexec_fn`` runs in the child before gunicorn is exec'd (e.g. to join a cgroup, which the workers then
+    inherit). A fresh metrics
     directory unless ``env`` names one. The output goes to a file (a pipe nobody reads fills up after a few
     hundred request lines and then blocks every worker); ``log()`` reads it.
     """
@@ -244,12 +246,14 @@ class Gunicorn:
     job_groups: frozenset[int] = frozenset()  # of the job workers seen: ended at stop(), whatever became of the master
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
-                 app: str = APP, preexec_fn: Callable[[], None] | None = None) -> None:
+                 app: str = APP, root: Path = ROOT, preexec_fn: Callable[[], None] | None = None) -> None:
         self.port = free_port()
+        self.root = root
         self.url = f"http://127.0.0.1:{self.port}"
         self.logfile = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)  # noqa: SIM115
         argv = compose_api_command()
-        argv[0], argv[-1] = str(GUNICORN), app  # the venv's gunicorn; compose's app is service.wsgi:app
+        gunicorn = GUNICORN if root == ROOT else root / ".venv" / "bin" / "gunicorn"  # the checkout's venv's
+        argv[0], argv[-1] = str(gunicorn), app  # compose's app is service.wsgi:app
         environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
         environment["ATTENTION_EMBEDDED_WORKERS"] = "0"  # a test that is not about batch jobs pays for none
         environment.update({name: value for name, value in compose_api_environment().items()
@@ -266,7 +270,7 @@ class Gunicorn:
         """Run ``argv`` from the repository root, in its own session, until /healthz answers and WEB_CONCURRENCY
         (default 1) workers exist; stopped, with its log in the error, if not. ``argv`` may be a launcher that
         execs gunicorn in the end (tests/live/test_pod.py): the pid must be the master's."""
-        self.process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=self.logfile,
+        self.process = subprocess.Popen(argv, cwd=self.root, env=environment, stdout=self.logfile,
                                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
         try:
             wait_until_up(f"{self.url}/healthz", self.process, "gunicorn")
