@@ -27,6 +27,7 @@ import numpy as np
 
 from .checkpoint import CastableWeights
 from .decoder_blocks import grouped_causal_mask, rms_norm, rotary_angles, rotate, swiglu
+from .encoder import LayerTrace
 from .errors import AttentionError
 from .functional import AttentionTrace, default_scale, require_finite, trace_attention
 from .kernel import GroupMask, attend_groups
@@ -131,7 +132,7 @@ class StepOutput:
 
 
 @dataclass(frozen=True)
-class DecoderLayerTrace:
+class DecoderLayerTrace(LayerTrace):
     """One decoder layer's stages: the attention trace (per chosen head q and k after rotation, v, scores,
     scaled scores, masked scores, weights, each (B, h_sel, n, ...); its ``output`` after W_o (B, n, d_model));
     ``residual``, the layer's input plus the attention; ``feed_forward``, SwiGLU of its RMSNorm; ``output``, the
@@ -142,10 +143,6 @@ class DecoderLayerTrace:
     residual: np.ndarray
     feed_forward: np.ndarray
     output: np.ndarray
-
-    def as_dict(self) -> dict:
-        return {"attention": self.attention.as_dict(), "residual": self.residual,
-                "feed_forward": self.feed_forward, "output": self.output}
 
 
 @dataclass(frozen=True)
