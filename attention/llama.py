@@ -222,14 +222,14 @@ class Llama:
             weights.append(w if w is None or kept_heads is None else w[:, kept_heads])
         if cache is not None:
             cache.length = offset + n
-        final = rms_norm(x, self.final_norm.astype(dtype, copy=False), self.config.rms_norm_eps)
-        states[-1] = final
         keep = None if lengths is None else np.arange(n) < lengths[:, None]    # (B, n): real positions
+        final = zero_padding(rms_norm(x, self.final_norm.astype(dtype, copy=False), self.config.rms_norm_eps), keep)
+        states[-1] = final
         return DecoderOutput(
-            self._logits(final, lengths, logits),
-            zero_padding(final, keep),
+            self._logits(final, lengths, logits),                             # padded rows: final's zeros
+            final,
             [None if w is None else zero_padding(w, keep, rows=True) for w in weights] if return_weights else None,
-            [zero_padding(s, keep) for s in states] if hidden_states else None)
+            [zero_padding(s, keep) for s in states[:-1]] + [final] if hidden_states else None)
 
     def prefill(self, token_ids: np.ndarray, *, dtype: type = np.float32, capacity: int | None = None,
                 **options) -> tuple[KVCache, DecoderOutput]:
@@ -344,7 +344,7 @@ class Llama:
         if where is None:
             return None
         if where == "all":
-            return self.unembed(final, final.dtype)                           # padded rows: final's zeros
+            return self.unembed(final, final.dtype)
         b, n, _ = final.shape
         last = np.full(b, n - 1) if lengths is None else lengths - 1
         return self.unembed(final[np.arange(b), last], final.dtype)          # (B, vocab)

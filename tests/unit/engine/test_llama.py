@@ -147,6 +147,7 @@ def test_a_padded_batch_equals_each_item_alone(smollm, hf_smollm):
     for i, item in enumerate(items):
         ids[i, :len(item)] = item
     ours = smollm.llama(ids, lengths, hidden_states=True)
+    every = smollm.llama(ids, lengths, logits="all", return_weights=False)
     real = (np.arange(n) < lengths[:, None]).astype(np.int64)
     logits, states, weights = run_transformers(hf_smollm, ids, real)
     for i, length in enumerate(lengths):
@@ -162,6 +163,8 @@ def test_a_padded_batch_equals_each_item_alone(smollm, hf_smollm):
         for w in ours.weights:
             assert not w[i, :, :, length:].any() and not w[i, :, length:].any()   # padded keys and rows: 0
         assert all(not s[i, length:].any() for s in ours.hidden_states)
+        assert not every.logits[i, length:].any()                       # and their logits
+        assert max_difference([every.logits[i, length - 1]], [ours.logits[i]]) <= 1e-4   # one gemm or another
     assert lengths.min() < n
 
 
