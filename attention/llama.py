@@ -232,14 +232,14 @@ class Llama:
             [zero_padding(s, keep) for s in states[:-1]] + [final] if hidden_states else None)
 
     def prefill(self, token_ids: np.ndarray, *, dtype: type = np.float32, capacity: int | None = None,
-                **options) -> tuple[KVCache, DecoderOutput]:
-        """A new cache holding the prompt token_ids (B, n) and the forward pass that filled it (``options`` as
-        :meth:`__call__`'s: logits of the last position by default). ``capacity``: positions to make room for
-        (default n + 256; the cache grows past it by itself)."""
+                return_weights: bool = False, **options) -> tuple[KVCache, DecoderOutput]:
+        """A new cache holding the prompt token_ids (B, n) and the forward pass that filled it: the logits of the
+        last position, no attention weights unless ``return_weights`` (the other ``options`` as :meth:`__call__`'s).
+        ``capacity``: positions to make room for (default n + 256; the cache grows past it by itself)."""
         shape = np.shape(token_ids)
         batch, n = shape if len(shape) == 2 else (1, 0)                        # a wrong shape: refused by __call__
         cache = self.new_cache(max(batch, 1), dtype, n + 256 if capacity is None else capacity)
-        return cache, self(token_ids, cache=cache, **options)
+        return cache, self(token_ids, cache=cache, return_weights=return_weights, **options)
 
     def step(self, cache: KVCache, token_ids: np.ndarray, *, return_weights: bool = False,
              weights_of: Collection[int] | None = None, heads: Sequence[int] | None = None,

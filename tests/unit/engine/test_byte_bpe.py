@@ -125,3 +125,15 @@ def test_the_template_runs_sandboxed_and_its_refusals_name_the_messages(template
     with pytest.raises(AttentionError, match="the chat template refused them") as caught:
         tokenizer.encode_chat([{"role": "user", "content": "hi"}])
     assert caught.value.argument == "messages"
+
+
+@pytest.mark.parametrize(("call", "argument"), [
+    (lambda t: t.encode(b"bytes"), "text"),
+    (lambda t: t.encode(None), "text"),
+    (lambda t: t.decode([49152]), "ids"),
+    (lambda t: t.decode([-1]), "ids"),
+])
+def test_what_the_tokenizer_cannot_read_is_refused_by_argument(smollm, call, argument):
+    with pytest.raises(AttentionError) as caught:
+        call(smollm.tokenizer)
+    assert caught.value.argument == argument
