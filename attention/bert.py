@@ -26,7 +26,7 @@ from .encoder import EncoderLayerTrace
 from .errors import AttentionError
 from .functional import AttentionTrace, default_scale, require_finite, trace_attention
 from .kernel import GroupMask, attend_groups
-from .masks import padding_mask
+from .masks import padding_mask, zero_padding
 
 
 @dataclass(frozen=True)
@@ -108,10 +108,10 @@ class Bert:
             weights.append(w)
         keep = None if lengths is None else padding_mask(lengths, n)[:, 0, :]  # (B, n): real positions
         return BertOutput(
-            _zero_padding(x, keep),
-            [None if w is None else _zero_padding(w.reshape(b, -1, n, n), keep, rows=True) for w in weights]
+            zero_padding(x, keep),
+            [None if w is None else zero_padding(w.reshape(b, -1, n, n), keep, rows=True) for w in weights]
             if return_weights else None,
-            [_zero_padding(s, keep) for s in states] if hidden_states else None)
+            [zero_padding(s, keep) for s in states] if hidden_states else None)
 
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it
     def _layer(self, layer: LayerWeights, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
@@ -209,11 +209,3 @@ class BertTrace:
     output: np.ndarray
     layers: dict[int, EncoderLayerTrace]
     hidden_states: list[np.ndarray]
-
-
-def _zero_padding(array: np.ndarray, keep: np.ndarray | None, *, rows: bool = False) -> np.ndarray:
-    """``array`` (B, n, d), or with ``rows`` weights (B, h, n, n), with the positions that ``keep`` (B, n) marks
-    False (padding) set to 0, in place: a padded query row would otherwise hold weights over the real keys."""
-    if keep is not None and not keep.all():
-        array *= keep[:, None, :, None] if rows else keep[:, :, None]
-    return array

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 
@@ -37,8 +38,25 @@ class BertConfig:
         return self.d_model // self.n_heads
 
 
+class CastableWeights:
+    """A frozen dataclass of one layer's weight arrays (or tuples of them), cast per call: the encoder's layers
+    (:class:`LayerWeights`) and the decoder's (``attention/llama.py``)."""
+
+    def arrays(self) -> list[np.ndarray]:
+        """Every array, the norms' included."""
+        values = (getattr(self, field.name) for field in dataclasses.fields(self))
+        return [array for value in values for array in (value if isinstance(value, tuple) else (value,))]
+
+    def cast(self, dtype: np.dtype) -> Self:
+        """These weights in ``dtype``: the layer itself for float32 (its own), a per-call copy otherwise."""
+        if dtype == self.arrays()[0].dtype:
+            return self
+        return type(self)(**{field.name: _astype(getattr(self, field.name), dtype)
+                             for field in dataclasses.fields(self)})
+
+
 @dataclass(frozen=True)
-class LayerWeights:
+class LayerWeights(CastableWeights):
     """One encoder layer's weights in the forward pass's layout."""
 
     w_qkv: np.ndarray   # (d_model, 3 d_model): W_q, W_k, W_v side by side
@@ -62,18 +80,6 @@ class LayerWeights:
         return cls(frozen(np.concatenate([w for w, _ in parts], axis=1)), frozen(np.concatenate([b for _, b in parts])),
                    *dense("attention.output.dense"), norm(tensors, f"{prefix}attention.output.LayerNorm"),
                    *dense("intermediate.dense"), *dense("output.dense"), norm(tensors, f"{prefix}output.LayerNorm"))
-
-    def arrays(self) -> list[np.ndarray]:
-        """Every array, the norms' included."""
-        values = (getattr(self, field.name) for field in dataclasses.fields(self))
-        return [array for value in values for array in (value if isinstance(value, tuple) else (value,))]
-
-    def cast(self, dtype: np.dtype) -> LayerWeights:
-        """These weights in ``dtype``: the layer itself for float32, a per-call copy otherwise."""
-        if dtype == self.w_qkv.dtype:
-            return self
-        return LayerWeights(**{field.name: _astype(getattr(self, field.name), dtype)
-                               for field in dataclasses.fields(self)})
 
 
 def _astype(value: np.ndarray | Norm, dtype: np.dtype) -> np.ndarray | Norm:

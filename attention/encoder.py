@@ -11,6 +11,7 @@ shift, and the weights are random draws from a seed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,8 +125,17 @@ class EncoderBlock:
         return first, feed_forward, output
 
 
+class LayerTrace:
+    """A layer's trace (a dataclass whose first field is its ``attention`` trace, then its stages)."""
+
+    def as_dict(self) -> dict:
+        """The attention's stages (``AttentionTrace.as_dict``), then each later stage by its name."""
+        stages = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        return {**stages, "attention": stages["attention"].as_dict()}
+
+
 @dataclass(frozen=True)
-class EncoderLayerTrace:
+class EncoderLayerTrace(LayerTrace):
     """One block's stages: the attention trace (per head; its output is after W_o), the first
     add & norm, the feed-forward output, and the block output, each (..., n, d_model)."""
 
@@ -133,10 +143,6 @@ class EncoderLayerTrace:
     add_norm_1: np.ndarray
     feed_forward: np.ndarray
     output: np.ndarray
-
-    def as_dict(self) -> dict:
-        return {"attention": self.attention.as_dict(), "add_norm_1": self.add_norm_1,
-                "feed_forward": self.feed_forward, "output": self.output}
 
 
 class Encoder:

@@ -36,3 +36,11 @@ def padding_mask(lengths: ArrayLike, n: int) -> np.ndarray:
     if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (lengths < 0).any() or (lengths > n).any():
         raise AttentionError("lengths", f"expected a 1-D array of integers in [0, {n}], got {lengths!r}")
     return (np.arange(n)[None, :] < lengths[:, None])[:, None, :]
+
+
+def zero_padding(array: np.ndarray, keep: np.ndarray | None, *, rows: bool = False) -> np.ndarray:
+    """``array`` (B, n, d), or with ``rows`` weights (B, h, n, n_keys), with the positions that ``keep`` (B, n)
+    marks False (padding) set to 0, in place: a padded query row would otherwise hold weights over the real keys."""
+    if keep is not None and not keep.all():
+        array *= keep[:, None, :, None] if rows else keep[:, :, None]
+    return array

