@@ -24,7 +24,7 @@ from service.settings import Limits
 Result = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """One request made ready, once: its ``params``, what it computes (``work``, already checked against the
     limits), and what its operation found on the way (``found``: a model, its word pieces, the chosen layers and

@@ -141,6 +141,8 @@ class Operation:
 
     def resolved(self, params: Params) -> Params:
         """``params`` with its path parameters resolved (a batch item names its model in its body)."""
+        if not self.path_parameters:  # most operations: no copy, on every batch item
+            return params
         return {**params, **{name: resolve(params[name]) for name, resolve in self.path_parameters.items()}}
 
     def answer(self, params: Params, limits: Limits) -> Result:
