@@ -18,10 +18,10 @@ class StrictFloat(fields.Float):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(allow_nan=False, **kwargs)
 
-    def _validated(self, value: Any) -> float:
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> float:
         if isinstance(value, str | bool):
             raise self.make_error("invalid")
-        return super()._validated(value)
+        return super()._deserialize(value, attr, data, **kwargs)
 
 
 class StrictBool(fields.Boolean):
@@ -45,10 +45,10 @@ class StrictInteger(fields.Integer):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(strict=True, **kwargs)
 
-    def _validated(self, value: Any) -> int:
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int:
         if type(value) is int:  # what marshmallow would return for it (booleans are not exactly int)
             return value
-        return super()._validated(value)
+        return super()._deserialize(value, attr, data, **kwargs)
 
 
 def strict_int(minimum: int = 1, maximum: int | None = None, **kwargs: Any) -> fields.Integer:
@@ -60,11 +60,11 @@ class QueryInteger(fields.Integer):
     """An integer from the query string, written in ASCII digits (a leading minus is left to the range
     rule to refuse): ``int()`` would also take ``1_000``, ``+3``, `` 3`` or other scripts' digits."""
 
-    def _validated(self, value: Any) -> int:
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int:
         digits = value.removeprefix("-") if isinstance(value, str) else None
         if digits is not None and not (digits.isascii() and digits.isdigit()):
             raise self.make_error("invalid")
-        return super()._validated(value)
+        return super()._deserialize(value, attr, data, **kwargs)
 
 
 def seed(**kwargs: Any) -> fields.Integer:

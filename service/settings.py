@@ -173,8 +173,6 @@ class Observability:
                                      "once.")
     log_flush_seconds: float = variable("LOG_FLUSH_SECONDS", 1.0, INTERVAL, "A batch of log lines is written at most "
                                         "this long after its first line; `<= 0`: every line at once.")
-    metrics_flush_seconds: float = variable("METRICS_FLUSH_SECONDS", 1.0, INTERVAL, "Each worker applies its metric "
-                                            "updates at most this long after the first; `<= 0`: at once.")
     metrics_dir: Path | None = variable(
         "PROMETHEUS_MULTIPROC_DIR", None, PATH, "prometheus-client's multiprocess directory; never share one between "
         "instances.", shown="a fresh directory per gunicorn master, `attention-metrics-<pid>` under `$TMPDIR`")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from flask import Request
+from flask import Request, current_app
 from flask.json.provider import JSONProvider
 from gunicorn.http.errors import ParseException
 from marshmallow import EXCLUDE, Schema, ValidationError
@@ -37,9 +37,12 @@ class OrjsonProvider(JSONProvider):
         return orjson.loads(s)
 
     def response(self, *args: Any, **kwargs: Any) -> Any:
-        """Like jsonify, but the body is orjson's bytes, not a re-encoded str."""
-        obj = self._prepare_response_obj(args, kwargs)
-        return self._app.response_class(dumps(obj), mimetype=self.mimetype)
+        """Like jsonify (one value, or several as a list, or keywords as an object), but the body is orjson's
+        bytes, not a re-encoded str."""
+        if args and kwargs:
+            raise TypeError("response() takes positional or keyword arguments, not both")
+        value = args[0] if len(args) == 1 else list(args) if args else kwargs or None
+        return current_app.response_class(dumps(value), mimetype=self.mimetype)
 
 
 def read_body(request: Request, max_bytes: int) -> bytes:

@@ -88,11 +88,11 @@ class RequestObserver:
             answer[:] = (status, headers, environ.get("werkzeug.request"))
             return start_response(status, headers, exc_info)
 
-        metrics.IN_FLIGHT_VALUE.inc(1)
+        metrics.IN_FLIGHT.inc()
         try:
             body = self.app(environ, start)
         finally:
-            metrics.IN_FLIGHT_VALUE.inc(-1)
+            metrics.IN_FLIGHT.dec()
         if answer:  # Flask starts the response before it returns (WSGI would allow later: then unrecorded)
             status, headers, req = answer
             self._record(environ, req, rid, int(status[:3]), headers, time.perf_counter() - started)
@@ -119,7 +119,10 @@ class RequestObserver:
                 size = int(value)
                 break
         count, latency, request_size, response_size = self._metrics(route, method, status)
-        metrics.TALLY.add((count,), ((latency, seconds), (request_size, sent), (response_size, size)))
+        count.inc()
+        latency.observe(seconds)
+        request_size.observe(sent)
+        response_size.observe(size)
         if self.lines is not None:
             path = req.path if req is not None else environ.get("PATH_INFO", "")
             line = {"time": _now(), "level": "info", "event": "request", "request_id": rid, "method": method,

@@ -60,12 +60,40 @@ def _describe_models(spec: dict[str, Any]) -> None:
                     parameter["description"] = description
 
 
+def _referenced(node: Any) -> set[str]:
+    """Every ``$ref`` under ``node``."""
+    if isinstance(node, dict):
+        return {node["$ref"]} if "$ref" in node else set().union(*map(_referenced, node.values()))
+    if isinstance(node, list):
+        return set().union(*map(_referenced, node))
+    return set()
+
+
+def _schema_names(refs: set[str]) -> set[str]:
+    return {ref.rsplit("/", 1)[1] for ref in refs if ref.startswith("#/components/schemas/")}
+
+
+def _without_unreferenced_schemas(spec: dict[str, Any]) -> None:
+    """Only the schema components the document reaches (flask-smorest registers its pagination's whether or not
+    an operation pages)."""
+    schemas = spec["components"]["schemas"]
+    outside = {**spec, "components": {kind: items for kind, items in spec["components"].items() if kind != "schemas"}}
+    reached, todo = set(), _schema_names(_referenced(outside))
+    while todo:
+        name = todo.pop()
+        reached.add(name)
+        todo |= _schema_names(_referenced(schemas[name])) - reached
+    for name in set(schemas) - reached:
+        del schemas[name]
+
+
 def document(app: Flask) -> dict[str, Any]:
     """The document of ``app``, its examples worked out, as plain JSON values (string keys, status codes too)."""
     spec = resolved(app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict())
     spec["info"]["description"] = DESCRIPTION
     document_auth(spec)
     _describe_models(spec)
+    _without_unreferenced_schemas(spec)
     return _readable(spec)
 
 

@@ -12,13 +12,14 @@ from importlib.metadata import version
 from typing import Any
 
 import flask_smorest
+from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Flask, Response, current_app, request
 from flask_smorest.utils import (
     resolve_schema_instance,
     set_status_and_headers_in_response,
     unpack_tuple_response,
 )
-from marshmallow import EXCLUDE, Schema, ValidationError
+from marshmallow import Schema
 
 from schemas.batch import AnyOfSchemas
 from schemas.problem import Problem
@@ -58,7 +59,7 @@ def tensor2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 def _required(schema: type[Schema]) -> int:
-    return sum(field.required for field in schema._declared_fields.values())
+    return sum(field.required for field in schema().fields.values())
 
 
 def anyof2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
@@ -73,30 +74,11 @@ def anyof2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 class Api(flask_smorest.Api):
-    """The service's Api: one problem schema for every error, documented once per status."""
+    """The service's Api: one problem schema for every error (its documented ``ERROR_SCHEMA``), the unexpected one
+    documented as ``Error`` (``DEFAULT_ERROR_RESPONSE_NAME``)."""
 
     ERROR_SCHEMA = Problem
     DEFAULT_ERROR_RESPONSE_NAME = "Error"
-
-    def _init_spec(self, *args: Any, **kwargs: Any) -> None:
-        super()._init_spec(*args, **kwargs)
-        self.ma_plugin.converter.add_attribute_function(tensor2properties)
-        self.ma_plugin.converter.add_attribute_function(anyof2properties)
-
-    def _register_responses(self) -> None:
-        self.spec.components.schema("Problem", schema=Problem)
-        problem = {"content": {PROBLEM_JSON: {"schema": "Problem"}}}
-        for name, description in [*ERROR_RESPONSES.values(), ("Error", "Unexpected error (a bug).")]:
-            self.spec.components.response(name, {"description": description, **problem}, lazy=True)
-
-    def _register_etag_headers(self) -> None:
-        """No ETags here: nothing to document."""
-
-    def _register_pagination_header(self) -> None:
-        """No pagination here: nothing to document."""
-
-    def _register_error_handlers(self) -> None:
-        register_error_handlers(self._app)
 
 
 def _documented(func: Callable, documenting: Callable[[Callable], Callable]) -> Callable:
@@ -104,18 +86,6 @@ def _documented(func: Callable, documenting: Callable[[Callable], Callable]) -> 
     per-request wrapper that decorator puts around it."""
     func._apidoc = documenting(func)._apidoc
     return func
-
-
-def _loaded_from_nothing(schema: Schema) -> dict[str, Any] | None:
-    """What ``schema`` loads from an empty query string (its defaults), once; None when that is
-    invalid (a required parameter) or may not be constant (a callable default, or a pre/post-load or
-    validation hook, which must run per request). Most requests send no query string, so they skip the load."""
-    if any(callable(field.load_default) for field in schema.load_fields.values()) or any(schema._hooks.values()):
-        return None
-    try:
-        return schema.load({}, unknown=EXCLUDE)
-    except ValidationError:
-        return None
 
 
 class Blueprint(flask_smorest.Blueprint):
@@ -136,16 +106,12 @@ class Blueprint(flask_smorest.Blueprint):
             raise TypeError(f"not documented nor applied here: {sorted(unknown)}")
         schema = resolve_schema_instance(schema)  # one instance, reused by every request
         documenting = super().arguments(schema, location=location, as_kwargs=as_kwargs, **doc)
-        no_query = _loaded_from_nothing(schema) if location == "query" and precheck is None else None
 
         def wrap(func: Callable) -> Callable:
             @wraps(func)
             def view(*args: Any, **view_kwargs: Any) -> Any:
                 current = request._get_current_object()  # the Request itself: see parse_request
-                if no_query is not None and not current.query_string:
-                    params = dict(no_query)  # a copy: views may add to their params
-                else:
-                    params = parse_request(current, schema, location, precheck)
+                params = parse_request(current, schema, location, precheck)
                 return func(*args, **view_kwargs, **params) if as_kwargs else func(*args, params, **view_kwargs)
 
             view._apidoc = documenting(func)._apidoc
@@ -199,8 +165,19 @@ class Blueprint(flask_smorest.Blueprint):
 
 
 def init_api(app: Flask) -> Api:
-    """The Api extension for this app (spec served by service.edge.openapi, not by flask-smorest)."""
+    """The Api extension for this app (the spec is served by service.edge.spec, not by flask-smorest), through
+    flask-smorest's and apispec's public hooks: the marshmallow plugin's attribute functions document the tensor
+    and any-of fields, the problem responses are components of the spec, and the service's error handlers, set
+    after flask-smorest's, answer every error."""
     app.config.setdefault("API_TITLE", "Attention as a service")
     app.config.setdefault("API_VERSION", VERSION)
     app.config.setdefault("OPENAPI_VERSION", "3.1.0")
-    return Api(app)
+    plugin = MarshmallowPlugin()
+    api = Api(app, spec_kwargs={"marshmallow_plugin": plugin})
+    plugin.converter.add_attribute_function(tensor2properties)
+    plugin.converter.add_attribute_function(anyof2properties)
+    problem = {"content": {PROBLEM_JSON: {"schema": Problem}}}
+    for name, description in [*ERROR_RESPONSES.values(), ("Error", "Unexpected error (a bug).")]:
+        api.spec.components.response(name, {"description": description, **problem}, lazy=True)
+    register_error_handlers(app)
+    return api

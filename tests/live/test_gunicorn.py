@@ -109,8 +109,7 @@ def test_a_metrics_directory_the_operator_names_is_emptied_of_metrics_files_neve
 def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
     """A worker creates its metrics file and only then sizes it: a scrape in that moment read 0 bytes and
     answered 500 (prometheus-client's issue #1199), and would for good had the worker been killed then."""
-    with Gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2",
-                   "METRICS_FLUSH_SECONDS": "0"}) as server:
+    with Gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2"}) as server:
         for _ in range(3):
             assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
         (tmp_path / "histogram_999999.db").touch()  # created, not yet sized, by a worker killed there
@@ -120,7 +119,7 @@ def test_a_metrics_file_still_empty_does_not_fail_the_scrape(tmp_path):
 
 def test_recycled_workers_leave_their_counts_not_their_files(tmp_path):
     """Each exited worker left two metrics files for good, and a scrape reads every file (~0.2 ms each)."""
-    with Gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2", "METRICS_FLUSH_SECONDS": "0",
+    with Gunicorn({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "WEB_CONCURRENCY": "2",
                    "GUNICORN_MAX_REQUESTS": "4", "GUNICORN_MAX_REQUESTS_JITTER": "0", "LOG_REQUESTS": "0"}) as server:
         for _ in range(40):  # about 10 workers recycled
             assert requests.get(f"{server.url}/v1/limits", timeout=10).status_code == 200
@@ -146,7 +145,7 @@ def test_an_upgrade_in_place_keeps_requests_and_metrics_working(tmp_path, named,
     environment the new master got) and to remove it at exit: from then on /metrics, and after a worker recycled every
     request, was a 500. A master stopped while the other runs must leave a named directory's files to it."""
     (tmp_path / "tmp").mkdir()
-    env = {"WEB_CONCURRENCY": "2", "METRICS_FLUSH_SECONDS": "0", "LOG_REQUESTS": "0", "TMPDIR": str(tmp_path / "tmp")}
+    env = {"WEB_CONCURRENCY": "2", "LOG_REQUESTS": "0", "TMPDIR": str(tmp_path / "tmp")}
     if named:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
     with Gunicorn(env) as server:

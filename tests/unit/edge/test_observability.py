@@ -10,6 +10,7 @@ import sys
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.edge.observability import JsonFormatter
@@ -36,9 +37,8 @@ def value(samples, name: str, **labels: str) -> float:
 
 
 def elements_sum() -> float:
-    """The attention weights counted so far in this process (updates are applied in batches: test_metrics)."""
-    metrics.TALLY.flush()
-    return metrics.ELEMENTS._sum.get()
+    """The attention weights counted so far in this process."""
+    return REGISTRY.get_sample_value("attention_weight_elements_per_request_sum")
 
 
 def run_python(code: str, **env: str) -> list[str]:
@@ -247,9 +247,9 @@ def test_a_request_refused_by_a_limit_or_the_engine_is_not_counted(client):
 
 
 def test_a_new_app_has_counted_no_work():
-    code = ("from service.edge import create_app; from service.runtime import metrics; create_app(); "
-            "metrics.TALLY.flush(); "
-            "print(metrics.ELEMENTS._sum.get(), sum(bucket.get() for bucket in metrics.ELEMENTS._buckets))")
+    code = ("from prometheus_client import REGISTRY; from service.edge import create_app; create_app(); "
+            "print(REGISTRY.get_sample_value('attention_weight_elements_per_request_sum'), "
+            "REGISTRY.get_sample_value('attention_weight_elements_per_request_count'))")
     assert run_python(code)[-1].split() == ["0.0", "0.0"]
 
 
