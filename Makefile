@@ -33,7 +33,7 @@ setup: $(STAMP)
 setup-test: $(TEST_STAMP)
 
 serve: setup
-	$(VENV)/bin/gunicorn -c service/gunicorn.conf.py service.wsgi:app
+	$(VENV)/bin/attention-serve
 
 lint: setup-test
 	$(PY) -m ruff check .

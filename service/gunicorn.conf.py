@@ -31,6 +31,6 @@ loglevel = _server.loglevel
 preload_app = _server.preload
 
 _hooks = Hooks(_settings)
-on_starting, when_ready, on_exit = _hooks.on_starting, _hooks.when_ready, _hooks.on_exit
+on_starting, on_exit = _hooks.on_starting, _hooks.on_exit
 post_fork, post_request = _hooks.post_fork, _hooks.post_request
 pre_exec, child_exit = _hooks.pre_exec, _hooks.child_exit

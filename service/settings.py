@@ -148,8 +148,9 @@ class Server:
     accesslog: str | None = variable("GUNICORN_ACCESSLOG", None, TEXT, "gunicorn's own access log (`-`: stdout); "
                                      "the app writes its own JSON line per request.", shown="unset: off")
     loglevel: str = variable("GUNICORN_LOGLEVEL", "info", LEVEL, "gunicorn's log level.")
-    embedded_workers: int = variable("ATTENTION_EMBEDDED_WORKERS", 1, COUNT, "Batch job workers started beside the "
-                                     "web workers; `0`: none (compose and Kubernetes run them apart).")
+    embedded_workers: int = variable("ATTENTION_EMBEDDED_WORKERS", 1, COUNT, "Batch job workers `attention-serve` "
+                                     "(`make serve`) starts beside gunicorn; `0`: none (compose and Kubernetes run "
+                                     "them apart).")
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ class Gunicorn:
 
     ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
     gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment (but for
-    CONTAINER_ONLY); no job workers (ATTENTION_EMBEDDED_WORKERS=0) unless ``env`` asks for them, and a fresh
+    CONTAINER_ONLY); a fresh
     ATTENTION_DATA_DIR, removed at the end, unless ``env`` names one (never the checkout's ./data, nor compose's
     /data volume);
     ``app`` replaces the WSGI app (module:name, importable from the repository root); ``root`` serves another
@@ -243,7 +243,6 @@ class Gunicorn:
     """
 
     data_dir: str | None = None  # made by this instance: removed at stop()
-    job_groups: frozenset[int] = frozenset()  # of the job workers seen: ended at stop(), whatever became of the master
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
                  app: str = APP, root: Path = ROOT, preexec_fn: Callable[[], None] | None = None) -> None:
@@ -255,7 +254,6 @@ class Gunicorn:
         gunicorn = GUNICORN if root == ROOT else root / ".venv" / "bin" / "gunicorn"  # the checkout's venv's
         argv[0], argv[-1] = str(gunicorn), app  # compose's app is service.wsgi:app
         environment = {name: value for name, value in os.environ.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
-        environment["ATTENTION_EMBEDDED_WORKERS"] = "0"  # a test that is not about batch jobs pays for none
         environment.update({name: value for name, value in compose_api_environment().items()
                             if name not in CONTAINER_ONLY} if compose else {})
         self.data_dir = None if "ATTENTION_DATA_DIR" in (env or {}) else tempfile.mkdtemp(prefix="attention-data-")
@@ -298,12 +296,6 @@ class Gunicorn:
         """Pids of the master's web workers: its children in its own process group."""
         return [pid for pid in children(self.pid) if process_group(pid) == self.pid]
 
-    def job_workers(self) -> list[int]:
-        """Pids of the job workers the master runs beside them (ATTENTION_EMBEDDED_WORKERS): each its own group."""
-        found = [pid for pid in children(self.pid) if process_group(pid) == pid]
-        self.job_groups |= set(found)
-        return found
-
     def rss_kib(self) -> dict[int, int]:
         """Resident memory of each worker, KiB (VmRSS from /proc)."""
         sizes = {}
@@ -317,10 +309,7 @@ class Gunicorn:
         self.process.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL to the master and its web workers at once: a crashed instance. Its job workers, in groups of
-        their own, live on as they would (``stop()`` ends them)."""
-        with contextlib.suppress(FileNotFoundError):  # the master already gone
-            self.job_workers()
+        """SIGKILL to the master and its web workers at once: a crashed instance."""
         os.killpg(self.process.pid, signal.SIGKILL)
 
     def log(self) -> str:
@@ -328,17 +317,14 @@ class Gunicorn:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            with contextlib.suppress(FileNotFoundError):  # the master exiting right now
-                self.job_workers()
             self.terminate()
             try:
                 self.process.wait(timeout=25)
             except subprocess.TimeoutExpired:
                 self.kill()
                 self.process.wait(timeout=5)
-        for group in {self.process.pid, *self.job_groups}:  # any worker left behind by a kill of the master
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # any worker left behind by a kill of the master
+            os.killpg(self.process.pid, signal.SIGKILL)
         if self.data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
         self.logfile.close()

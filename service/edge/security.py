@@ -114,7 +114,8 @@ class RequireKey:
 class Cors:
     """after_request hook adding CORS headers for allowed origins (``*``: any origin, no credentials)."""
 
-    # Hand-written, not flask-cors 6.0: it echoes only the requested headers in Allow-Headers, and no Vary to others.
+    # Not flask-cors (6.0): it adds no Vary: Origin to a refused origin's answer, which a shared cache could then
+    # hand to an allowed origin (docs/architecture.md, "Libraries, and where the service reaches past them").
 
     def __init__(self, origins: tuple[str, ...]) -> None:
         self.any = "*" in origins

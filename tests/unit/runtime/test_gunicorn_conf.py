@@ -1,6 +1,5 @@
 """service/gunicorn.conf.py read without starting gunicorn: its settings from the environment, the malloc hooks,
-the master's fold of exited workers' metrics files, the job workers' count (real servers: tests/live/test_gunicorn.py,
-tests/live/test_embedded_workers.py)."""
+the master's fold of exited workers' metrics files (real servers: tests/live/test_gunicorn.py)."""
 
 from __future__ import annotations
 
@@ -120,19 +119,16 @@ def test_a_fold_that_cannot_write_changes_nothing_and_the_master_goes_on(environ
     assert exited.exists() and not (tmp_path / "histogram_exited.db").exists()  # still counted, once
 
 
-def test_job_workers_are_one_by_default_and_a_bad_count_stops_the_config_load(environ, capsys):
-    assert load_conf(environ)["_hooks"].jobs.count == 1
-    assert load_conf(environ, ATTENTION_EMBEDDED_WORKERS="0")["_hooks"].jobs.count == 0
+def test_a_bad_setting_stops_the_config_load_in_one_line(environ, capsys):
     with pytest.raises(SystemExit) as stopped:
-        load_conf(environ, ATTENTION_EMBEDDED_WORKERS="two")
+        load_conf(environ, GUNICORN_TIMEOUT="soon")
     assert stopped.value.code == 2
-    assert capsys.readouterr().err == ("attention-service: ATTENTION_EMBEDDED_WORKERS must be a non-negative integer, "
-                                       "got 'two'\n")
+    assert capsys.readouterr().err == "attention-service: GUNICORN_TIMEOUT must be a positive integer, got 'soon'\n"
 
 
-def test_at_exit_the_job_workers_stop_and_then_the_metrics_directory_goes(environ):
-    conf = load_conf(environ, ATTENTION_EMBEDDED_WORKERS="0")
-    assert conf["when_ready"] == conf["_hooks"].jobs.when_ready
+def test_at_exit_the_metrics_directory_goes(environ):
+    conf = load_conf(environ)
+    assert "when_ready" not in conf  # the batch jobs' workers run beside gunicorn, not under it (attention-serve)
     server = SimpleNamespace(log=logging.getLogger("gunicorn.error"), master_pid=0, reexec_pid=0)
-    conf["on_exit"](server)  # no workers to stop; then the metrics hook removes this master's own directory
+    conf["on_exit"](server)  # the metrics hook removes this master's own directory
     assert not os.path.exists(conf["_hooks"].metrics.path)
