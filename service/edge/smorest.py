@@ -1,5 +1,10 @@
 """flask-smorest, adapted: problem+json errors, lean request-time decorators, tensor fields in the spec.
 
+The Api is set up through flask-smorest's and apispec's public hooks (:func:`init_api`). The Blueprint's decorators
+are the one place the service reaches past flask-smorest: at request time one wrapper parses and one writes the
+answer, where flask-smorest's own wrap a view once per decorator and parse through webargs; each hands flask-smorest
+the doc its own would, in the view's ``_apidoc``. Kept for the figure in docs/architecture.md (~6% of the
+requests/s of a demo request); tests/unit/test_library_surface.py checks the ``_apidoc`` it relies on.
 ``Blueprint.documents(...)`` documents the error responses of a view once, by stable names
 (the names of ``http.HTTPStatus`` members change between Python versions).
 """
