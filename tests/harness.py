@@ -243,6 +243,7 @@ class Gunicorn:
     """
 
     data_dir: str | None = None  # made by this instance: removed at stop()
+    root: Path = ROOT  # the checkout served (the benchmarks' --before serves another)
 
     def __init__(self, env: Mapping[str, str] | None = None, workers: int | None = None, *, compose: bool = False,
                  app: str = APP, root: Path = ROOT, preexec_fn: Callable[[], None] | None = None) -> None:
