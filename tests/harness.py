@@ -226,12 +226,17 @@ def image_environment() -> dict[str, str]:
     return dict(word.split("=", 1) for line in lines if line.startswith("ENV ") for word in shlex.split(line[4:]))
 
 
+# What a live server of this checkout serves unless its test names the models (ATTENTION_MODELS, in env or in
+# this process's environment): MiniLM only, as the decoder adds ~4 s and ~600 MB to each start.
+LIVE_MODELS = "all-minilm-l6-v2"
+
+
 class Gunicorn:
     """One API instance on 127.0.0.1:<free port>, in its own session, until ``stop()`` (or its ``with`` ends).
 
     ``env`` adds or overrides variables (after ``workers``, which sets WEB_CONCURRENCY; without either,
-    gunicorn's config starts one worker per core); ``compose=True`` starts from compose's api environment (but for
-    CONTAINER_ONLY); a fresh
+    gunicorn's config starts one worker per core; :data:`LIVE_MODELS` without ATTENTION_MODELS); ``compose=True``
+    starts from compose's api environment (but for CONTAINER_ONLY); a fresh
     ATTENTION_DATA_DIR, removed at the end, unless ``env`` names one (never the checkout's ./data, nor compose's
     /data volume);
     ``app`` replaces the WSGI app (module:name, importable from the repository root); ``root`` serves another
@@ -262,6 +267,8 @@ class Gunicorn:
         environment.update({"HOST": "127.0.0.1", "PORT": str(self.port)})
         environment.update({"WEB_CONCURRENCY": str(workers)} if workers is not None else {})
         environment.update(env or {})
+        if root == ROOT:  # a checkout before the decoder knows no packaged name
+            environment.setdefault("ATTENTION_MODELS", LIVE_MODELS)
         self.start(argv, environment, preexec_fn)
 
     def start(self, argv: list[str], environment: Mapping[str, str],

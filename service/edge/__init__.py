@@ -53,8 +53,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     (preload), before the fork, so every worker shares their pages."""
     config = dict(config or {})
     settings: Settings = config.pop("SETTINGS", None) or current()
-    served = catalogue.load(settings.models)
-    v2_models.refuse_clashes(served)
+    loaders = catalogue.entries(settings.models)
+    v2_models.refuse_clashes(loaders)  # before seconds of reading weights
+    served = {name: load() for name, load in loaders.items()}
     catalogue.install(served)
     app = App(__name__)
     app.json = OrjsonProvider(app)

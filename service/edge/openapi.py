@@ -51,7 +51,7 @@ def _readable(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _describe_models(spec: dict[str, Any]) -> None:
     """The ``model`` path parameters: what they name, and the models this process serves."""
-    for prefix, names, description in (("/v1/", list(catalogue.served()), MODELS),
+    for prefix, names, description in (("/v1/", catalogue.names(), MODELS),
                                        ("/v2/", v2_models.names(), V2_MODELS)):
         name_models(spec, prefix, names)
         for path, item in spec["paths"].items():

@@ -16,7 +16,7 @@ def endpoints() -> dict[str, tuple[str, dict[str, Any]]]:
         if operation.method != "POST":
             continue
         if "<model>" in operation.route:
-            for model in catalogue.served():
+            for model in catalogue.names():
                 found["/v1" + operation.route.replace("<model>", model)] = (name, {"model": model})
         else:
             found["/v1" + operation.route] = (name, {})

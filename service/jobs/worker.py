@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     from service.jobs import queue, reaping
     from service.operations import catalogue
 
-    with refusing():  # the model endpoint's items need the served models, as the API does
-        catalogue.install(catalogue.load(settings.models))
+    with refusing():  # the served models, each loaded when a batch first names it (their paths checked now)
+        catalogue.install(catalogue.entries(settings.models))
     jobs = queue.current()
     reaping.watch(jobs)
     consumer = jobs.huey.create_consumer(workers=1, periodic=False, initial_delay=0.05, backoff=1.5,

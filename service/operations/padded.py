@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import attention as engine
 from service.operations import pretrained, sizes
 from service.operations.catalogue import ServedModel
 from service.operations.inputs import EngineCall, Result
@@ -38,19 +37,21 @@ def compute(params: Params, limits: Limits) -> Result:
     tokens = np.full((b, n), "", dtype=object)                            # (B, n)
     for i, encoding in enumerate(encodings):
         length = len(encoding.tokens)
-        ids[i, :length], types[i, :length], tokens[i, :length] = encoding.ids, encoding.type_ids, encoding.tokens
+        ids[i, :length], tokens[i, :length] = encoding.ids, encoding.tokens
+        if not model.causal:  # a decoder has no segments
+            types[i, :length] = encoding.type_ids
     lengths = np.array([len(e.tokens) for e in encodings])                # (B,)
     with EngineCall((), list, params, size.weights):
-        out = model.pretrained.bert(ids, types, lengths, dtype=np.float32, return_weights=params["return_weights"],
-                                    weights_of=layers, heads=heads)
+        out = pretrained.forward(model, ids, lengths, types=None if model.causal else types,
+                                 return_weights=params["return_weights"], layers=layers, heads=heads)
     result = {"tokens": tokens, "last_hidden_state": out.output}          # (B, n, d_model)
     if params["return_weights"]:
         result["attentions"] = np.stack([out.weights[i] for i in layers], axis=1)  # (B, L, H, n, n)
     return result
 
 
-def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> engine.Encoded:
-    """Item ``index``'s word pieces after the checks of a v1 text (whitespace, max_text_chars before tokenizing,
+def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> pretrained.Tokens:
+    """Item ``index``'s tokens after the checks of a v1 text (whitespace, max_text_chars before tokenizing,
     a token besides the specials, max_positions, max_sequence_length), every error pointing at /text/index."""
     item = {"model": model, "text": params["text"][index]}
     try:
@@ -69,10 +70,11 @@ def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> 
 
 def _work(model: ServedModel, params: Params, n: int, selected: int) -> Work:
     """B items padded to n tokens, ``selected`` = L_sel * H_sel heads: B * selected * n * n weights returned (when
-    asked); B * n * d_model outputs; per layer B * n * d_ff hidden numbers computed only. The texts' count and
+    asked); B * n * d_model outputs; per layer B * n * d_ff hidden numbers (a decoder's: 2 d_ff)
+    computed only. The texts' count and
     lengths are to blame."""
     config, b = model.config, len(params["text"])
     weights = b * selected * n * n if params["return_weights"] else 0
-    hidden = Along(b * n * config.d_ff, 1, TEXT, returned=False, repeat=config.n_layers)
+    hidden = Along(b * n * pretrained.hidden_width(model), 1, TEXT, returned=False, repeat=config.n_layers)
     return Work(**sizes.weighing(params, weights, TEXT), along=(hidden, Along(b * n * config.d_model, 1, TEXT)),
                 fewer=pretrained.FEWER if weights else ())

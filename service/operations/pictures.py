@@ -71,7 +71,7 @@ def _drawn(drawing: Drawing, params: Params, result: Result) -> tuple[np.ndarray
     values = {}
     if result.get("layers") and "heads" in result["layers"][0]:  # a model's selected layers and heads
         values = {"layer": [layer["layer"] for layer in result["layers"]], "head": result["layers"][0]["heads"]}
-    hidden = hidden_cells(drawing.mask(params), params.get("causal", False), weights.shape)
+    hidden = hidden_cells(drawing.mask(params), drawing.causal(params), weights.shape)
     tokens = result.get("tokens") or params.get("tokens")
     options = {"row_labels": tokens, "col_labels": tokens, "title": drawing.title,
                "settings": drawing.settings(params, result)}

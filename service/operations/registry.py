@@ -89,18 +89,24 @@ def request_mask(params: Params) -> np.ndarray | None:
     return params.get("mask")
 
 
+def request_causal(params: Params) -> bool:
+    """The request's ``causal`` flag (false without one)."""
+    return params.get("causal", False)
+
+
 @dataclass(frozen=True)
 class Drawing:
     """How an operation's weights are drawn (service.operations.pictures): the title, the names of the leading axes
     of its weights (``before_batch`` and ``after_batch`` the optional batch axis), ``settings(params, result)``: the
-    run's settings, written in the picture, and ``mask(params)``: the request's mask (true = may attend) as it lies
-    over the weights; the params' ``causal`` hides the rest."""
+    run's settings, written in the picture, ``mask(params)``: the request's mask (true = may attend) as it lies
+    over the weights, and ``causal(params)``: whether a key after its query is hidden too."""
 
     title: str
     before_batch: tuple[str, ...]
     after_batch: tuple[str, ...]
     settings: Callable[[Params, Result], list[str]]
     mask: Callable[[Params], np.ndarray | None] = request_mask
+    causal: Callable[[Params], bool] = request_causal
 
 
 @dataclass(frozen=True)
@@ -247,15 +253,18 @@ Lower-triangular booleans: row i may attend to columns 0..i (true = may attend).
         CausalMaskQuery, CausalMaskResponse, sized(reference.work_causal_mask), reference.compute_causal_mask,
         {"size": 3}, method="GET"),
     Operation(
-        "model-attention", "models", """A trained model's attention on any sentence.
+        "model-attention", "models", """A trained model's attention on any text.
 
-The text (and text_pair) through the model's own tokenizer and its n_layers x n_heads attention heads,
-computed by the numpy engine (equal to transformers' BertModel to 1e-5 in float32). Returns the word
-pieces, the last hidden state and, for the selected layers and heads (default all), the weights
-(h, n, n) as /v1/encoder's layers. The example: layer 0, head 0 of "the dog ate".""",
+The text through the model's own tokenizer and its n_layers x n_heads attention heads, computed by the
+numpy engine, equal to transformers (GET /v1/models lists what is served). An encoder (BertModel) reads
+a text, or a pair (text_pair); a decoder (LlamaForCausalLM, causal: each token attends only to itself
+and those before it) reads a text, or a chat's messages through its chat template. Returns the tokens,
+the last hidden state and, for the selected layers and heads (default all), the weights (h, n, n) as
+/v1/encoder's layers. The example: layer 0, head 0 of "the dog ate".""",
         ModelAttentionRequest, ModelAttentionResponse, pretrained.prepare, pretrained.compute,
         {"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3},
-        drawing=Drawing("Attention weights", ("layer",), ("head",), pretrained.settings),
+        drawing=Drawing("Attention weights", ("layer",), ("head",), pretrained.settings,
+                        causal=pretrained.is_causal),
         batch_request=ModelAttentionItem,
         path="/models/<model>/attention", path_parameters={"model": catalogue.lookup},
         path_example={"model": DEFAULT_NAME},

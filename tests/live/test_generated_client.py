@@ -31,7 +31,7 @@ import yaml
 from service.edge.v1 import examples
 from service.edge.v1.heatmap import EXAMPLE as HEATMAP_EXAMPLE
 from service.edge.v2.routes import EXAMPLE_REQUEST as V2_EXAMPLE
-from service.operations.catalogue import DEFAULT_NAME
+from service.operations.catalogue import DEFAULT_NAME, DEFAULTS
 from tests.close import EXAMPLE, assert_close
 from tests.harness import ROOT
 from tests.live.conftest import gunicorn_server
@@ -78,8 +78,8 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    """The real gunicorn with an API key set."""
-    with gunicorn_server(WEB_CONCURRENCY="2", API_KEYS=KEY) as url:
+    """The real gunicorn with an API key set, serving the models the documented examples name (the defaults)."""
+    with gunicorn_server(WEB_CONCURRENCY="2", API_KEYS=KEY, ATTENTION_MODELS=",".join(DEFAULTS)) as url:
         yield url
 
 

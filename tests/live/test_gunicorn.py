@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import requests
 
+from service.operations.catalogue import DEFAULTS
 from tests.close import assert_text_close
 from tests.conftest import ROOT
 from tests.harness import Gunicorn, children, new_masters, requests_total, stop_master, wait_for
@@ -19,8 +20,10 @@ from tests.live.conftest import gunicorn_server
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    """Base URL of a running gunicorn (2 workers, 4 KiB body limit); always stopped afterwards."""
-    with gunicorn_server(WEB_CONCURRENCY="2", ATTENTION_MAX_BODY_BYTES="4096") as url:
+    """Base URL of a running gunicorn (2 workers, 4 KiB body limit, the default models: it serves openapi.yaml as
+    it is); always stopped afterwards."""
+    with gunicorn_server(WEB_CONCURRENCY="2", ATTENTION_MAX_BODY_BYTES="4096",
+                         ATTENTION_MODELS=",".join(DEFAULTS)) as url:
         yield url
 
 

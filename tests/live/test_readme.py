@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from service.operations import catalogue
 from tests.conftest import ROOT
 from tests.live.conftest import gunicorn_server
 
@@ -86,7 +87,8 @@ def test_the_pages_show_their_examples():
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with gunicorn_server(WEB_CONCURRENCY="1") as url:
+    """The models a user gets with ATTENTION_MODELS unset (the live tests' servers serve MiniLM alone)."""
+    with gunicorn_server(WEB_CONCURRENCY="1", ATTENTION_MODELS=",".join(catalogue.DEFAULTS)) as url:
         yield url
 
 

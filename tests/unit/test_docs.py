@@ -133,6 +133,16 @@ def test_the_picture_is_the_services():
     assert weight and round(float(weight.group(1)), 2) == 0.68
 
 
+def test_the_decoders_picture_is_the_services():
+    """docs/it-animal-decoder.svg: layer 13, head 8 of the decoder, " it" looking at " animal", later keys hatched."""
+    svg = (DOCS / "it-animal-decoder.svg").read_text()
+    assert svg.startswith("<svg") and "model: smollm2-135m-instruct" in svg and "causal: yes" in svg
+    assert ">layer 13<" in svg and ">head 8<" in svg
+    weight = re.search(r"<title> it →  animal: ([0-9.]+)</title>", svg)
+    assert weight and round(float(weight.group(1)), 2) == 0.75
+    assert svg.count('class="cell masked"') == 13 * 12 // 2  # every key after its query, of 13 tokens
+
+
 def test_the_configuration_table_is_the_settings():
     """Every variable service.settings declares, with its default and meaning, in its order: the table is
     ``python -m service.settings``'s output."""

@@ -19,6 +19,7 @@ import yaml
 
 from service.settings import VARIABLES, Limits, from_env
 from tests.harness import (
+    COMPOSE,
     ROOT,
     container_environment,
     image_command,
@@ -254,7 +255,27 @@ def test_resources_are_requested_limited_and_size_the_workers(overlay):
     assert "WEB_CONCURRENCY" not in environment(objects)
     # a batch-job worker computes one chunk at a time on one BLAS thread: one CPU
     worker = container(objects, WORKER)["resources"]
-    assert worker["requests"] == worker["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert worker["requests"] == worker["limits"] == {"cpu": "1", "memory": "1536Mi"}
+
+
+def mebibytes(quantity: str) -> float:
+    """A Kubernetes (2Gi, 1536Mi) or compose (2g, 1536m) memory quantity in MiB."""
+    number, unit = re.fullmatch(r"(\d+)([MG])i?", quantity, re.I).groups()
+    return int(number) * (1024 if unit.upper() == "G" else 1)
+
+
+def test_the_memory_limits_agree_everywhere_and_hold_the_measured_models(isvc):
+    """The same containers get the same memory in compose, Kubernetes and KServe, above what benchmarks/memory.py
+    measured with both packaged models (PSS: the master and two workers 838 MiB, a job worker 738 MiB) by at least
+    the largest answer a worker may build (~570 MB, docs/batch.md) per worker."""
+    objects = rendered("prod")
+    web = {mebibytes(container(objects)["resources"]["limits"]["memory"]),
+           mebibytes(isvc["spec"]["predictor"]["containers"][0]["resources"]["limits"]["memory"]),
+           mebibytes(COMPOSE["services"]["api"]["deploy"]["resources"]["limits"]["memory"])}
+    job = {mebibytes(container(objects, WORKER)["resources"]["limits"]["memory"]),
+           mebibytes(COMPOSE["services"]["worker"]["deploy"]["resources"]["limits"]["memory"])}
+    assert len(web) == len(job) == 1
+    assert web.pop() >= 838 + 2 * 570 and job.pop() >= 738 + 570
 
 
 def test_probes_use_the_service_port_and_paths_the_app_answers(overlay, client):

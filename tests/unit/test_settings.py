@@ -93,4 +93,5 @@ def test_a_model_refused_at_start_up_is_one_line_too(tmp_path):
     result = _start([sys.executable, "-c", "import service.wsgi"], ATTENTION_MODELS=f"mini={tmp_path / 'none'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     folder = tmp_path / "none"
-    assert result.stderr == f"attention-service: ATTENTION_MODELS: {folder} is not a model folder (no such directory)\n"
+    assert result.stderr == (f"attention-service: ATTENTION_MODELS: {folder} is neither a model folder nor a .gguf "
+                             "file (no such directory or file)\n")

@@ -9,6 +9,7 @@ a batch of texts and answers them padded to the longest (service.operations.padd
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from service.edge.v2.errors import ProtocolError
 from service.operations import catalogue, padded
 from service.operations.catalogue import ServedModel
 from service.operations.registry import FLOATS, V2_MODELS, Arrays, Operation, Result, TensorSpec
-from service.settings import Limits
+from service.settings import Limits, SettingsError
 
 PRECISION = {"FP64": "float64", "FP32": "float32"}
 
@@ -117,18 +118,17 @@ def find(name: str) -> Served | None:
     """The v2 model ``name``: a registry operation's, else a served trained model's; None when neither."""
     if name in MODELS:
         return MODELS[name]
-    model = catalogue.served().get(name)
-    return None if model is None else TrainedModel(model)
+    return TrainedModel(catalogue.lookup(name)) if name in catalogue.names() else None
 
 
 def names() -> list[str]:
     """Every v2 model's name: the registry's, then the served trained models'."""
-    return [*MODELS, *catalogue.served()]
+    return [*MODELS, *catalogue.names()]
 
 
-def refuse_clashes(served: dict[str, Any]) -> None:
+def refuse_clashes(served: Iterable[str]) -> None:
     """A served model named as a registry v2 model would be hidden by it on /v2: refused at start-up."""
     clashes = sorted(set(served) & set(MODELS))
     if clashes:
-        raise ValueError(f"ATTENTION_MODELS: {clashes} are names of built-in /v2 models; serve the model under "
+        raise SettingsError(f"ATTENTION_MODELS: {clashes} are names of built-in /v2 models; serve the model under "
                          "another name")

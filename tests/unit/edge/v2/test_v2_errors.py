@@ -208,7 +208,7 @@ def test_a_header_that_is_not_utf8_says_where_it_stops_being_utf8(client):
 def test_unknown_model_is_404(client, path):
     response = client.post(path, json={"inputs": QKV}) if path.endswith("infer") else client.get(path)
     assert_error(response, 404, "Unknown model 'gpt'; the models are scaled_dot_product_attention, "
-                                "multi_head_attention, all-minilm-l6-v2.")
+                                "multi_head_attention, all-minilm-l6-v2, smollm2-135m-instruct.")
     assert_still_healthy(client)
 
 

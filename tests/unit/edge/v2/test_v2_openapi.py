@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from service.operations.catalogue import DEFAULT_NAME
+from service.operations.catalogue import DEFAULT_NAME, DEFAULTS
 from tests.close import EXAMPLE, assert_close
 from tests.unit.edge.test_openapi import SPEC, response_schema, validator
 from tests.unit.edge.v2.test_v2_errors import SDPA
@@ -81,7 +81,7 @@ def test_the_trained_model_is_documented_like_the_attention_models():
     """Its name in every /v2 model path's enum, its tensors and parameters in the infer operation's description."""
     for path in ("/v2/models/{model}", "/v2/models/{model}/ready", "/v2/models/{model}/infer"):
         [parameter] = SPEC["paths"][path]["parameters"]
-        assert parameter["schema"]["enum"] == ["scaled_dot_product_attention", "multi_head_attention", DEFAULT_NAME]
+        assert parameter["schema"]["enum"] == ["scaled_dot_product_attention", "multi_head_attention", *DEFAULTS]
     for words in ("`text` (BYTES [B]", "`layers`, `heads` (comma-separated strings such as",
                   "`attentions` (FP32 [B, L, H, n, n])", "`last_hidden_state` (FP32", "`tokens` (BYTES [B, n])",
                   "padded keys weigh exactly 0"):

@@ -221,7 +221,7 @@ def test_bad_requests_are_protocol_errors_before_compute(client, monkeypatch, se
 @pytest.mark.parametrize("path", [f"/v2/models/{MODEL}x", f"/v2/models/{MODEL}x/ready", f"/v2/models/{MODEL}x/infer"])
 def test_an_unknown_model_is_a_404_naming_the_trained_one(client, path):
     response = client.post(path, json=texts(["a"])) if path.endswith("infer") else client.get(path)
-    assert_error(response, 404, f"Unknown model '{MODEL}x'; the models are ", f", {MODEL}.")
+    assert_error(response, 404, f"Unknown model '{MODEL}x'; the models are ", f", {MODEL}, smollm2-135m-instruct.")
 
 
 def test_the_served_models_are_the_v2_models():
@@ -239,4 +239,4 @@ def test_the_served_models_are_the_v2_models():
         [parameter] = spec["paths"]["/v2/models/{model}/infer"]["parameters"]
         assert parameter["schema"]["enum"] == ["scaled_dot_product_attention", "multi_head_attention", "mini"]
     finally:
-        catalogue.install(catalogue.load(None))
+        catalogue.install(catalogue.entries(None))
