@@ -86,7 +86,7 @@ def settle(jobs: Jobs, batch_id: str, pending: set[tuple[Any, ...]] | None = Non
     running = batch.finalizing is None and batch.validated is not None
     # Stopping waits for the validation (its lines are what get the batch_cancelled / batch_expired lines: every
     # custom_id once), then for the chunks in workers' hands.
-    if running and (batch.cancel is not None or now >= batch.record["expires_at"]):
+    if running and (batch.cancel is not None or batch.expiring):
         if not any(leases.live(lease, now) for lease in held):
             finalize.claim(jobs, batch_id, "cancelled" if batch.cancel is not None else "expired")
         return False

@@ -60,6 +60,19 @@ def started(server: str, count: int = ITEMS) -> tuple[dict, dict[str, int]]:
     return wait_batch(server, created["id"], lambda b: b["request_counts"]["completed"] > 0 or ended(b), 60), ids
 
 
+def watched_until_ended(server: str, batch_id: str, timeout: float) -> tuple[dict, list[tuple[float, str]]]:
+    """The batch once it has ended, and every (time asked, status) seen on the way (polled every 20 ms)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while True:
+        asked_at = time.time()
+        found = batch(server, batch_id)
+        seen.append((asked_at, found["status"]))
+        if ended(found):
+            return found, seen
+        assert time.monotonic() < deadline, f"timed out after {timeout} s: {found}"
+        time.sleep(0.02)
+
+
 def assert_completed(server: str, batch_id: str, ids: dict[str, int]) -> None:
     """The batch completes: every item answered once, as the single endpoint answers it."""
     finished = wait_batch(server, batch_id, ended, 90)
@@ -148,7 +161,11 @@ def test_a_window_that_runs_out_expires_the_batch(env):
             late_content, late_ids = seeded(3 * ITEMS, body=SLOW, url=ENCODER)
             late = create(server, upload(server, late_content)["id"], ENCODER)
             unread = wait_batch(server, unread["id"], ended, 30)
-            finished = wait_batch(server, late["id"], ended, 60)
+            finished, seen = watched_until_ended(server, late["id"], 60)
+        # Past its window a batch reads finalizing on the way to expired, never in_progress (a client that stops
+        # polling at expired finds its files there).
+        late_statuses = {status for asked_at, status in seen if asked_at >= late["expires_at"]}
+        assert late_statuses <= {"finalizing", "expired"} and "expired" in late_statuses, seen
         # Read first (each of its requests gets its error line), then expired whole: no chunk starts past the window.
         assert unread["status"] == "expired" and unread["in_progress_at"] and unread["output_file_id"] is None
         _, errors = results(server, unread, ids)

@@ -220,12 +220,17 @@ def test_a_window_that_runs_out_midway_keeps_the_done_chunks(make_jobs):
     batch_id = submit(jobs, file_of(BODIES))
     assert [step(jobs), step(jobs), step(jobs)] == ["reap", "validate", "chunk"]
     record = jobs.store.get(keys.batch(batch_id))
-    jobs.store.put(keys.batch(batch_id), {**record, "expires_at": int(time.time()) - 1})  # a day later
-    assert drain(jobs) == ["chunk", "chunk"] and counts(jobs, batch_id) == ("in_progress", 7, 2, 1)
+    window_end = int(time.time()) - 1
+    jobs.store.put(keys.batch(batch_id), {**record, "expires_at": window_end})  # a day later
+    # Past its window the batch reads finalizing, never in_progress: nothing more starts, and the reaper ends it.
+    assert drain(jobs) == ["chunk", "chunk"] and counts(jobs, batch_id) == ("finalizing", 7, 2, 1)
+    assert status(jobs, batch_id)["finalizing_at"] == window_end
     reaping.reap(jobs)  # expiry is the periodic pass's to see
+    assert counts(jobs, batch_id) == ("finalizing", 7, 2, 1)  # claimed expired, its files not written yet
     drain(jobs)
     batch = status(jobs, batch_id)
     assert batch["status"] == "expired" and batch["request_counts"] == {"total": 7, "completed": 2, "failed": 5}
+    assert batch["finalizing_at"] == window_end <= batch["expired_at"] and batch["completed_at"] is None
     found = results(jobs, batch)
     assert [found[f"item-{i}"]["response"]["status_code"] for i in range(3)] == [200, 422, 200]
     assert {found[f"item-{i}"]["error"]["code"] for i in range(3, 7)} == {"batch_expired"}
