@@ -7,6 +7,7 @@ cannot be in anyone's hands any more.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -95,8 +96,11 @@ class Renewer:
                 if not self.keys:
                     self.thread = None
                     return
-                for key in self.keys:
-                    self._write(key)
+                try:
+                    for key in self.keys:
+                        self._write(key)
+                except Exception:  # the store silent or down a moment: this thread must outlive it, or no lease
+                    logging.getLogger(__name__).exception("could not renew the leases")  # is renewed again
 
     def _write(self, key: str) -> None:
         now = time.time()

@@ -224,3 +224,20 @@ def assert_answers(output: dict[str, Any], expected: Mapping[str, Any]) -> None:
         assert line["error"] is None and line["response"]["status_code"] == 200, line
         assert_close(line["response"]["body"], expected[custom_id], custom_id)
 
+
+
+def started(server: str, count: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """A batch of ``count`` slow encoder items, created and seen with some chunks done (or ended): the batch, and
+    its ids' seeds."""
+    content, ids = seeded(count, body=SLOW, url=ENCODER)
+    created = create(server, upload(server, content)["id"], ENCODER)
+    return wait_batch(server, created["id"], lambda b: b["request_counts"]["completed"] > 0 or ended(b), 60), ids
+
+
+def assert_completed(server: str, batch_id: str, ids: Mapping[str, int]) -> None:
+    """The batch of :func:`started` completes: every item answered once, as the single endpoint answers it."""
+    finished = wait_batch(server, batch_id, ended, 90)
+    assert finished["status"] == "completed", finished
+    output, errors = results(server, finished, ids)
+    assert not errors
+    assert_answers(output, expected(server, ids, SLOW, ENCODER))
