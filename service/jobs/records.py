@@ -22,6 +22,7 @@ from service.jobs import keys
 from service.jobs.context import Jobs
 
 EVENTS = ("validated", "failed", "cancel", "finalizing", "finalized")
+WRITTEN_ONCE = (*EVENTS, "outputs")  # every event record a batch may have
 ENDED = ("completed", "failed", "expired", "cancelled")
 
 Record = dict[str, Any]
@@ -135,3 +136,31 @@ def read_many(jobs: Jobs, records: Sequence[Record]) -> list[Batch]:
                                        for record, n in zip(records, sizes, strict=True) for i in range(n)]))
     return [Batch(record, *happened, counts={i: next(counts) for i in range(n)})
             for record, happened, n in zip(records, events, sizes, strict=True)]
+
+
+def unfinished(jobs: Jobs) -> list[Record]:
+    """The records of the batches not finished: what the reaper settles, read from their index (never every batch
+    the store holds)."""
+    ids = jobs.store.members(keys.OPEN)
+    return [record for record in jobs.store.get_many([keys.batch(batch_id) for batch_id in ids]) if record is not None]
+
+
+def retire(jobs: Jobs, batch: Batch) -> None:
+    """A finished batch out of the unfinished ones, and due for deletion (:func:`due`)."""
+    jobs.store.commit(remove={keys.OPEN: [batch.record["id"]]}, add={keys.DUE: [due(jobs, batch)]})
+
+
+def due(jobs: Jobs, batch: Batch) -> str:
+    """The deletions' index member of a finished batch: ``file_retention_seconds`` after its end (the same however
+    often it is asked: its end is its first finisher's)."""
+    end = (batch.finalized or batch.failed)["at"]
+    return keys.timed(end + jobs.limits.file_retention_seconds, keys.batch(batch.record["id"]))
+
+
+def keys_of(batch: Batch) -> list[str]:
+    """Every record key a batch may have: its own, its events, its chunks' counts and every lease."""
+    batch_id = batch.record["id"]
+    units = ["validate", "finalize", *map(str, range(len(batch.chunks)))]
+    return [keys.batch(batch_id), *(keys.event(batch_id, name) for name in WRITTEN_ONCE),
+            *(keys.chunk(batch_id, index) for index in range(len(batch.chunks))),
+            *(keys.lease(batch_id, unit) for unit in units)]

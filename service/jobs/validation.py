@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from service.jobs import keys, leases, reaping
+from service.jobs import keys, leases, reaping, records
 from service.jobs.context import Jobs
 
 LISTED_ERRORS = 100  # a failed batch lists this many problems at most (the first ones)
@@ -34,12 +34,13 @@ def validate(jobs: Jobs, batch_id: str) -> None:
             if errors:
                 failed = {"at": int(time.time()), "errors": errors[:LISTED_ERRORS]}
                 jobs.store.claim(keys.event(batch_id, "failed"), failed)
+                records.retire(jobs, records.read(jobs, batch_id))
                 return
             total = sum(count for _, _, _, count in chunks)
             jobs.store.claim(keys.event(batch_id, "validated"), {"at": int(time.time()), "total": total,
                                                                  "chunks": chunks})
     # Queued by the reaper's rules: whatever has no result and nobody's lease (all of them, the first time).
-    reaping.settle(jobs, batch_id, pending=set())
+    reaping.settle(jobs, batch_id, first={})
 
 
 def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, Any]], list[list[int]]]:

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if refused := _unanswered(jobs):
         print(f"attention-worker: {refused[0]}", file=sys.stderr)
         return refused[1]
+    reaping.reindex(jobs)  # once per store: the records of a version before the indexes
     reaping.watch(jobs)
     consumer = jobs.huey.create_consumer(workers=1, periodic=False, initial_delay=0.05, backoff=1.5,
                                          max_delay=POLL_SECONDS, scheduler_interval=1)

@@ -49,7 +49,7 @@ def test_a_queue_that_does_not_answer_is_a_503_with_retry_after(app, tmp_path, m
     def silent(*args, **kwargs):
         raise redis.TimeoutError("Timeout reading from 127.0.0.1:6379")
 
-    for name in ("get", "get_many", "put", "claim", "delete", "scan"):
+    for name in ("get", "get_many", "put", "claim", "delete", "scan", "commit", "members"):
         monkeypatch.setattr(Store, name, silent)
     response = ask(app.test_client(), method, path)
     assert response.status_code == 503, response.get_data(as_text=True)
