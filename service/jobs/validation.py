@@ -32,7 +32,7 @@ def validate(jobs: Jobs, batch_id: str) -> None:
             with jobs.bodies.path(record["input_file_id"]).open("rb") as source:
                 errors, chunks = _read(source, record["endpoint"], jobs)
             if errors:
-                failed = {"at": int(time.time()), "errors": errors[:LISTED_ERRORS]}
+                failed = {"at": int(time.time()), "errors": errors}
                 jobs.store.claim(keys.event(batch_id, "failed"), failed)
                 records.retire(jobs, records.read(jobs, batch_id))
                 return
@@ -52,18 +52,18 @@ def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, A
     requests = 0
     for number, offset, line in _lines(source, limits.max_line_bytes):
         if line is None:
-            errors.append(_error("line_too_long", number, f"The line is longer than max_line_bytes="
+            _keep(errors, _error("line_too_long", number, f"The line is longer than max_line_bytes="
                                  f"{limits.max_line_bytes} (see GET /v1/limits)."))
             continue
         if not line.strip():
             continue
         requests += 1
         if requests > limits.max_job_requests:
-            errors.append(_error("too_many_requests", number, f"The file has more than max_job_requests="
+            _keep(errors, _error("too_many_requests", number, f"The file has more than max_job_requests="
                                  f"{limits.max_job_requests} requests (see GET /v1/limits): split it."))
             break
         if problem := _check(line, number, endpoint, seen):
-            errors.append(problem)
+            _keep(errors, problem)
         elif not errors:
             # A chunk is at most chunk_items lines and at most a /v1/batch body's bytes: what a worker holds at once.
             if chunks and chunks[-1][3] < size and offset + len(line) - chunks[-1][0] <= limits.max_body_bytes:
@@ -72,7 +72,7 @@ def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, A
             else:
                 chunks.append([offset, len(line), number, 1])
     if requests == 0 and not errors:
-        errors.append(_error("empty_file", None, "The file holds no request: one JSON object per line."))
+        _keep(errors, _error("empty_file", None, "The file holds no request: one JSON object per line."))
     return errors, chunks
 
 
@@ -114,6 +114,13 @@ def _check(line: bytes, number: int, endpoint: str, seen: dict[str, int]) -> dic
     if request.get("url") != endpoint:
         return _error("mismatched_url", number, f"url must be the batch's endpoint {endpoint!r}.", "url")
     return None
+
+
+def _keep(errors: list[dict[str, Any]], error: dict[str, Any]) -> None:
+    """``error`` among the listed ones, while fewer than LISTED_ERRORS are: a file of 200,000 bad lines holds 100
+    problems in memory, not 200,000."""
+    if len(errors) < LISTED_ERRORS:
+        errors.append(error)
 
 
 def _error(code: str, line: int | None, message: str, param: str | None = None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ MHA = "/v1/multi-head-attention"
 DEMO5 = {"tokens": ["the", "cat", "ate", "food", "it"], "d_model": 8, "n_heads": 4, "positional_encoding": True,
          "causal": True}
 ENCODER = "/v1/encoder"
+SMALL = {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]]}
 # ~0.1 s a chunk of 64 here: 3,000 of them keep two workers busy for ~3 s, each answer 640 numbers.
 SLOW = {"tokens": ["the", "cat", "ate", "food", "it"] * 2, "d_model": 64, "n_heads": 4, "n_layers": 6,
         "return_weights": False}
@@ -130,6 +131,13 @@ def memory_kib(pid: int, field: str = "VmRSS") -> int:
     """A process's resident memory now (VmRSS) or at its peak so far (VmHWM), KiB, from /proc."""
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(rf"^{field}:\s+(\d+) kB", status, re.M).group(1))
+
+
+def small_file(count: int) -> bytes:
+    """An input file of ``count`` of /v1/attention's smallest items (1 x 1 query, key and value: ~0.1 KB a line,
+    ~20 us of compute), custom_id ``i<index>``: what the per-item costs of a batch job show on."""
+    line = orjson.dumps({"custom_id": "%d", "method": "POST", "url": "/v1/attention", "body": SMALL})
+    return b"".join(line.replace(b'"%d"', b'"i%d"' % i) + b"\n" for i in range(count))
 
 
 def request_line(custom_id: str, body: Any, url: str = MHA) -> bytes:
