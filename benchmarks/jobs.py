@@ -352,7 +352,8 @@ LARGE_ITEMS = 200_000
 
 def large(args: argparse.Namespace) -> None:
     """Large batches stay flat (issue 35): ``--large-items`` (200,000) of /v1/attention's smallest items against
-    ``--items`` (10,000), with ATTENTION_MAX_JOB_REQUESTS raised to fit. Each measurement starts fresh processes
+    ``--items`` (10,000), with ATTENTION_MAX_JOB_REQUESTS raised to fit, and no trained model served (its load
+    would set every peak, hiding ~90 MB of growth). Each measurement starts fresh processes
     (one gunicorn with one web worker, two job workers), so each one's peak RSS (VmHWM) is that batch's: the clock
     runs from the upload's first byte to the output's last (:func:`through_jobs`); every custom_id is then checked
     once in the output, every answer a 200. The sizes alternate from round to round. Targets: items/s of the large
@@ -360,7 +361,7 @@ def large(args: argparse.Namespace) -> None:
     rounds' paired ratios)."""
     sizes = {"small": args.items, "large": args.large_items}
     env = {**os.environ, "ATTENTION_EMBEDDED_WORKERS": "0", "GUNICORN_MAX_REQUESTS": "1000000",
-           "ATTENTION_MAX_JOB_REQUESTS": str(max(sizes.values()))}
+           "ATTENTION_MAX_JOB_REQUESTS": str(max(sizes.values())), "ATTENTION_MODELS": ""}
     env.pop("ATTENTION_QUEUE_URL", None)
     contents = {name: small_file(count) for name, count in sizes.items()}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in sizes}
