@@ -3,6 +3,8 @@
 Run:  .venv/bin/python benchmarks/jobs.py                  (about 3 minutes; the SQLite queue)
       .venv/bin/python benchmarks/jobs.py --redis          (redis-server on a loopback port, started and stopped here)
       .venv/bin/python benchmarks/jobs.py --rounds 6 --items 20000
+      .venv/bin/python benchmarks/jobs.py --history [--redis]   (issue 35: what history costs; see history())
+      .venv/bin/python benchmarks/jobs.py --large [--redis]     (issue 35: 200,000 small items; see large())
 
 One real gunicorn (service/gunicorn.conf.py, one sync web worker, ATTENTION_EMBEDDED_WORKERS=0, a fresh
 ATTENTION_DATA_DIR) and, for the jobs, ``python -m service.jobs.worker`` processes started here, fresh for each
@@ -56,6 +58,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 from benchmarks.batch import JSON, demo5_items
 from benchmarks.http_load import median_interval
 from tests.harness import ROOT, Gunicorn, RedisServer, wait_for
+from tests.live.jobs import memory_kib, small_file
 
 ENDPOINT = "/v1/multi-head-attention"
 BATCH_ITEMS = 256  # /v1/batch's max_batch_items
@@ -179,11 +182,11 @@ def batch_answers(received: list[bytes]) -> list[Any]:
     return [answer["body"] for answer in answers]
 
 
-def submit(session: requests.Session, url: str, content: bytes) -> dict[str, Any]:
+def submit(session: requests.Session, url: str, content: bytes, endpoint: str = ENDPOINT) -> dict[str, Any]:
     """Upload ``content`` and create its batch: the batch object."""
     file = session.post(f"{url}/v1/files?purpose=batch", data=content, headers=NDJSON, timeout=TIMEOUT)
     file.raise_for_status()
-    created = session.post(f"{url}/v1/batches", json={"input_file_id": file.json()["id"], "endpoint": ENDPOINT,
+    created = session.post(f"{url}/v1/batches", json={"input_file_id": file.json()["id"], "endpoint": endpoint,
                                                       "completion_window": "24h"}, timeout=TIMEOUT)
     created.raise_for_status()
     return created.json()
@@ -198,11 +201,11 @@ def until(session: requests.Session, url: str, batch_id: str, done: tuple[str, .
     return current
 
 
-def through_jobs(session: requests.Session, url: str, content: bytes) -> dict[str, Any]:
+def through_jobs(session: requests.Session, url: str, content: bytes, endpoint: str = ENDPOINT) -> dict[str, Any]:
     """The file ``content`` through a batch job: its output file as received (parsed by :func:`check` once the
     clock has stopped), and its phases' seconds."""
     started = time.perf_counter()
-    batch_id = submit(session, url, content)["id"]
+    batch_id = submit(session, url, content, endpoint)["id"]
     submitted = time.perf_counter()
     ended = until(session, url, batch_id, ENDED, POLL)
     finished = time.perf_counter()
@@ -267,6 +270,148 @@ def interval(values: list[float]) -> str:
     return f"95% interval {found[0]:.2f}-{found[1]:.2f}" if found else "too few rounds for an interval"
 
 
+def clone(jobs: Any, template: str, count: int) -> None:
+    """``count`` copies of the finished batch ``template`` (its records, events, chunks' counts and output and error
+    file records, each under a new id; their bodies shared) written through the store as the service writes a
+    finished batch, with its index members: history, seeded in seconds rather than run for hours."""
+    from service.jobs import files, keys, records
+
+    batch = records.read(jobs, template, counts=True)
+    names = [*records.keys_of(batch), *(keys.file(file_id) for file_id in keys.output_files(template))]
+    found = {key: value for key, value in zip(names, jobs.store.get_many(names), strict=True) if value is not None}
+    text, token = orjson.dumps(found), template.removeprefix("batch_").encode()
+    for start in range(0, count, 500):  # one transaction per 500 batches
+        put: dict[str, Any] = {}
+        add: dict[str, list[str]] = {}
+        for _ in range(min(500, count - start)):
+            copied = orjson.loads(text.replace(token, os.urandom(12).hex().encode()))
+            put.update(copied)
+            [batch_id] = [key.removeprefix("batch:") for key in copied if key.startswith("batch:")]
+            copy = records.Batch(copied[keys.batch(batch_id)],
+                                 *(copied.get(keys.event(batch_id, name)) for name in records.EVENTS), counts={})
+            outputs = [copied[keys.file(file_id)] for file_id in keys.output_files(batch_id)
+                       if keys.file(file_id) in copied]
+            members = [(keys.owned("batches", copy.record["owner"]),
+                        [keys.timed(copy.record["created_at"], batch_id)]),
+                       (keys.DUE, [records.due(jobs, copy)]),
+                       *(item for file in outputs for item in files.listed(file).items())]
+            for index, listed in members:
+                add.setdefault(index, []).extend(listed)
+        jobs.store.commit(put=put, add=add)
+
+
+def history(args: argparse.Namespace) -> None:
+    """What history costs (issue 35): two stacks side by side, each one gunicorn (one web worker) and one job worker
+    on a store of its own, one holding ``--few`` finished batches, the other ``--many`` (10,000: copies of a real
+    finished batch, written through the store: :func:`clone`). In each of ``--rounds`` rounds, the stacks in turn
+    (the order alternating): a reap (service.jobs.reaping.reap, in this process on the stack's store: a run of the
+    reaper's chain, timed 20 times), GET /v1/batches?limit=20 (the first page, 20 times) and a new 5-item batch's
+    submit -> in_progress (7 times, the worker idle for a second first; :func:`to_in_progress`). Reported: the
+    medians, and many/few of each round's medians (target: within 1.5x)."""
+    from service.jobs import queue, reaping
+    from service.settings import JobSettings, Limits
+
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-history-")))
+        stacks = {}
+        for name, count in (("few", args.few), ("many", args.many)):
+            env = {**os.environ, "ATTENTION_DATA_DIR": str(workdir / name), "ATTENTION_EMBEDDED_WORKERS": "0",
+                   "GUNICORN_MAX_REQUESTS": "1000000"}
+            env.pop("ATTENTION_QUEUE_URL", None)
+            if args.redis:
+                env["ATTENTION_QUEUE_URL"] = stack.enter_context(RedisServer()).url
+            server = stack.enter_context(Gunicorn(env, workers=1))
+            stack.enter_context(Workers(1, env, workdir))
+            session = stack.enter_context(requests.Session())
+            jobs = queue.build(JobSettings(data_dir=workdir / name, queue_url=env.get("ATTENTION_QUEUE_URL")), Limits())
+            template = through_template(session, server.url)
+            started = time.perf_counter()
+            clone(jobs, template, count - 1)
+            print(f"{name}: {count} finished batches in the store ({time.perf_counter() - started:.1f} s to seed)")
+            stacks[name] = (server, session, jobs)
+        times: dict[str, dict[str, list[float]]] = {name: {"reap": [], "list": [], "submit": []} for name in stacks}
+        for round_ in range(args.rounds):
+            for name in (["few", "many"] if round_ % 2 == 0 else ["many", "few"]):
+                server, session, jobs = stacks[name]
+                times[name]["reap"].append(statistics.median(timed(lambda j=jobs: reaping.reap(j), 20)))
+                first_page = f"{server.url}/v1/batches?limit=20"
+                times[name]["list"].append(statistics.median(timed(
+                    lambda s=session, u=first_page: s.get(u, timeout=TIMEOUT).raise_for_status(), 20)))
+                times[name]["submit"].append(statistics.median(to_in_progress(session, server.url, 7)))
+    for what in ("reap", "list", "submit"):
+        few, many = times["few"][what], times["many"][what]
+        ratios = [m / f for m, f in zip(many, few, strict=True)]
+        print(f"{what:6}: {args.few} batches {statistics.median(few) * 1e3:.2f} ms, {args.many} "
+              f"{statistics.median(many) * 1e3:.2f} ms; {args.many}/{args.few} {statistics.median(ratios):.2f}x "
+              f"(per round {', '.join(f'{r:.2f}' for r in ratios)}; {interval(ratios)}); target <= 1.5x: "
+              f"{'PASS' if statistics.median(ratios) <= 1.5 else 'MISS'}")
+
+
+LARGE_ITEMS = 200_000
+
+
+def large(args: argparse.Namespace) -> None:
+    """Large batches stay flat (issue 35): ``--large-items`` (200,000) of /v1/attention's smallest items against
+    ``--items`` (10,000), with ATTENTION_MAX_JOB_REQUESTS raised to fit, and no trained model served (its load
+    would set every peak, hiding ~90 MB of growth). Each measurement starts fresh processes
+    (one gunicorn with one web worker, two job workers), so each one's peak RSS (VmHWM) is that batch's: the clock
+    runs from the upload's first byte to the output's last (:func:`through_jobs`); every custom_id is then checked
+    once in the output, every answer a 200. The sizes alternate from round to round. Targets: items/s of the large
+    batch >= 0.8x the small one's, and the peak RSS of the web worker and of each job worker <= 1.3x (medians of the
+    rounds' paired ratios)."""
+    sizes = {"small": args.items, "large": args.large_items}
+    env = {**os.environ, "ATTENTION_EMBEDDED_WORKERS": "0", "GUNICORN_MAX_REQUESTS": "1000000",
+           "ATTENTION_MAX_JOB_REQUESTS": str(max(sizes.values())), "ATTENTION_MODELS": ""}
+    env.pop("ATTENTION_QUEUE_URL", None)
+    contents = {name: small_file(count) for name, count in sizes.items()}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in sizes}
+    for round_ in range(args.rounds):
+        for name in (["small", "large"] if round_ % 2 == 0 else ["large", "small"]):
+            with contextlib.ExitStack() as stack:
+                workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-large-")))
+                run_env = {**env, "ATTENTION_DATA_DIR": str(workdir / "data")}
+                if args.redis:
+                    run_env["ATTENTION_QUEUE_URL"] = stack.enter_context(RedisServer()).url
+                server = stack.enter_context(Gunicorn(run_env, workers=1))
+                workers = stack.enter_context(Workers(2, run_env, workdir))
+                session = stack.enter_context(requests.Session())
+                job = through_jobs(session, server.url, contents[name], "/v1/attention")
+                peaks = {"api": max(memory_kib(pid, "VmHWM") for pid in server.workers()),
+                         "worker": max(memory_kib(pid, "VmHWM") for pid in workers.pids())}
+            lines = job.pop("output").splitlines()
+            assert len(lines) == len({orjson.loads(line)["custom_id"] for line in lines}) == sizes[name]
+            assert all(b'"status_code":200' in line for line in lines)
+            runs[name].append({"rate": sizes[name] / job["seconds"], **peaks})
+            print(f"round {round_ + 1} {name}: {sizes[name]} items in {job['seconds']:.1f} s "
+                  f"({sizes[name] / job['seconds']:.0f} items/s; upload+create {job['submit']:.1f} s), peak RSS "
+                  f"web worker {peaks['api'] / 1024:.0f} MiB, job workers {peaks['worker'] / 1024:.0f} MiB at most")
+    for key, what, target in (("rate", "items/s", ">= 0.8x"), ("api", "peak RSS of the web worker", "<= 1.3x"),
+                              ("worker", "peak RSS of the job workers (the larger)", "<= 1.3x")):
+        ratios = [big[key] / few[key] for big, few in zip(runs["large"], runs["small"], strict=True)]
+        median = statistics.median(ratios)
+        met = median >= 0.8 if key == "rate" else median <= 1.3
+        print(f"{what}: {sizes['large']} items / {sizes['small']} {median:.2f}x (per round "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}; {interval(ratios)}); target {target}: "
+              f"{'PASS' if met else 'MISS'}")
+
+
+def through_template(session: requests.Session, url: str) -> str:
+    """A real batch of 3 demo-5 items run to its end through the API and a worker: its id."""
+    batch_id = submit(session, url, ndjson(demo5_items(3)))["id"]
+    assert until(session, url, batch_id, ENDED, POLL)["status"] == "completed"
+    return batch_id
+
+
+def timed(call: Any, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls of ``call``."""
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
 def main() -> None:
     """Start the servers, measure every round, print the report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -274,7 +419,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three measurements (default 3)")
     parser.add_argument("--redis", action="store_true", help="the queue on a redis-server started here")
     parser.add_argument("--census", type=int, default=200, help="batches in the store when /metrics is timed")
+    parser.add_argument("--history", action="store_true", help="what finished batches cost a reap, a list and a "
+                        "submit (--few against --many of them; --rounds, default 3, better 6 for an interval)")
+    parser.add_argument("--large", action="store_true", help="--large-items small items against --items of them: "
+                        "items/s and the peak RSS of each process (fresh processes per measurement)")
+    parser.add_argument("--large-items", type=int, default=LARGE_ITEMS, help="items of the large batch (--large)")
+    parser.add_argument("--few", type=int, default=10, help="finished batches of the small store (--history)")
+    parser.add_argument("--many", type=int, default=10_000, help="finished batches of the large store (--history)")
     args = parser.parse_args()
+    if args.history:
+        history(args)
+        return
+    if args.large:
+        large(args)
+        return
     bodies = demo5_items(args.items)
     content = ndjson(bodies)
     with contextlib.ExitStack() as stack:

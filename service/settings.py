@@ -96,6 +96,13 @@ def _keys(text: str) -> tuple[str, ...]:
     return keys
 
 
+def _above_one(text: str) -> float:
+    value = _seconds(text)
+    if value <= 1:  # Huey's blocking read waits 1 s for a task: a socket timeout must outlast it
+        raise ValueError(text)
+    return value
+
+
 def _queue_url(text: str) -> str | None:
     if text and not text.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(text)
@@ -105,6 +112,7 @@ def _queue_url(text: str) -> str | None:
 POSITIVE = Kind("a positive integer", lambda text: _digits(text, 1))
 COUNT = Kind("a non-negative integer", lambda text: _digits(text, 0))
 SECONDS = Kind("a positive number of seconds", _seconds)
+QUEUE_TIMEOUT = Kind("a number of seconds above 1 (Huey's blocking read waits 1 s)", _above_one)
 INTERVAL = Kind("a number of seconds (0 or less: at once)", _finite)
 FLAG = Kind("1 or 0 (true or false)", _flag)
 PORT = Kind("a TCP port, 1 to 65535", _port)
@@ -117,10 +125,12 @@ KEYS = Kind("comma-separated keys, at least one (unset: auth off)", _keys)
 QUEUE_URL = Kind("a redis://, rediss:// or unix:// URL (empty: SQLite)", _queue_url)
 
 
-def variable(name: str, default: Any, kind: Kind, meaning: str, *, shown: str | None = None) -> Any:
+def variable(name: str, default: Any, kind: Kind, meaning: str, *, shown: str | None = None,
+             secret: bool = False) -> Any:
     """A dataclass field read from the environment variable ``name``; ``shown``: the default as the docs say it,
-    when the value alone does not (None: derived at start-up)."""
-    return field(default=default, metadata={"variable": name, "kind": kind, "meaning": meaning, "shown": shown})
+    when the value alone does not (None: derived at start-up); ``secret``: left out of the settings' repr."""
+    return field(default=default, repr=not secret,
+                 metadata={"variable": name, "kind": kind, "meaning": meaning, "shown": shown})
 
 
 @dataclass(frozen=True)
@@ -184,7 +194,7 @@ class Access:
     """Who may call the API, and from which browser origins (service.edge.security)."""
 
     api_keys: tuple[str, ...] = variable("API_KEYS", (), KEYS, "Comma-separated bearer keys every `/v1` and `/v2` "
-                                         "call must bring; one with no key in it stops the start-up.",
+                                         "call must bring; one with no key in it stops the start-up.", secret=True,
                                          shown="unset: auth off")
     cors_origins: tuple[str, ...] = variable("CORS_ORIGINS", (), ITEMS, "Comma-separated browser origins allowed to "
                                              "call the API, or `*`.", shown="unset: no CORS headers")
@@ -258,6 +268,15 @@ class JobSettings:
     queue_url: str | None = variable("ATTENTION_QUEUE_URL", None, QUEUE_URL, "The batch jobs' queue and records on "
                                      "Redis (`redis://`, `rediss://` or `unix://`), to share them across machines.",
                                      shown="unset: SQLite under `ATTENTION_DATA_DIR`")
+    queue_password: str | None = variable(
+        "ATTENTION_QUEUE_PASSWORD", None, TEXT, "Password of the Redis at `ATTENTION_QUEUE_URL` (wins over one in the "
+        "URL; the Kubernetes manifests read it from a Secret).", shown="unset: the URL's, if any", secret=True)
+    queue_timeout_seconds: float = variable(
+        "ATTENTION_QUEUE_TIMEOUT_SECONDS", 5.0, QUEUE_TIMEOUT, "Seconds a Redis connection or answer may take before "
+        "it fails (tried twice): a silent Redis costs a jobs request at most twice this, then a 503 with "
+        "`Retry-After`.")
+    served: bool = variable("ATTENTION_BATCH_JOBS", True, FLAG, "Serve the batch jobs (`/v1/files`, `/v1/batches`); "
+                            "`0`: they answer 501 saying where batch jobs run (a KServe predictor has no workers).")
     chunk_items: int = variable("ATTENTION_BATCH_CHUNK_ITEMS", 256, POSITIVE,
                                 "Lines of a batch job a worker computes in one task.")
     lease_seconds: float = variable("ATTENTION_BATCH_LEASE_SECONDS", 60.0, SECONDS, "How long a chunk's worker may "

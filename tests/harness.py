@@ -41,7 +41,7 @@ NGINX_CONF = (ROOT / "deploy" / "nginx.conf").read_text()
 START_TIMEOUT = 30.0
 # compose's jobs volume path and Redis host, which exist in its containers only: a local instance keeps this process's
 # (tests/conftest.py's data directory; no URL: the SQLite queue in it) unless its env names others.
-CONTAINER_ONLY = ("ATTENTION_DATA_DIR", "ATTENTION_QUEUE_URL")
+CONTAINER_ONLY = ("ATTENTION_DATA_DIR", "ATTENTION_QUEUE_URL", "ATTENTION_QUEUE_PASSWORD")
 APP = "service.wsgi:app"
 
 
@@ -423,43 +423,70 @@ def nginx_available() -> bool:
 
 
 class RedisServer:
-    """Debian's redis-server on 127.0.0.1:<free port> for the batch-job tests' queue: nothing persisted (no RDB
-    snapshots, no AOF), its files and log in a fresh directory, removed with it at ``stop()``."""
+    """Debian's redis-server on 127.0.0.1:<free port> for the batch-job tests' queue, its files and log in a fresh
+    directory, removed with it at ``stop()``. By default nothing is persisted (no RDB snapshots, no AOF);
+    ``appendonly``: an append-only file, fsynced every second as compose's, so that :meth:`kill` then
+    :meth:`restart` keeps what it acknowledged; ``password``: its ``requirepass``."""
 
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    def __init__(self, *, appendonly: bool = False, password: str | None = None) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="redis-"))
         self.port = free_port()
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.password = password
+        self.command = [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(self.port),
+                        "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes" if appendonly else "no",
+                        "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log"),
+                        *(["--requirepass", password] if password else [])]
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
-            wait_until_answers(self.ping, self.process, f"redis-server on port {self.port}")
+            wait_until_answers(self.ping, process, f"redis-server on port {self.port}")
         except BaseException as exc:  # never leave redis-server running
             log = self.log()
-            self.stop()
+            end(process, signal.SIGKILL)
+            shutil.rmtree(self.workdir, ignore_errors=True)
             raise LaunchError(f"{exc}: {log[-3000:]}") from None
+        return process
 
     @property
     def url(self) -> str:
-        """For redis-py and Huey (``ATTENTION_QUEUE_URL``): database 0."""
+        """For redis-py and Huey (``ATTENTION_QUEUE_URL``): database 0, without the password."""
         return f"redis://127.0.0.1:{self.port}/0"
 
     def ping(self) -> bool:
-        """Whether the server answers PING with PONG now (RESP's inline form, over a plain socket)."""
+        """Whether the server answers PING (with the password, if it has one) now (RESP's inline form, over a plain
+        socket): PONG, or NOAUTH's refusal when it wants a password."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
                 sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
+                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:  # not listening yet
             return False
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stays connected and listening, and answers nothing (a silent Redis)."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: it answers again, as it was."""
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL: gone at once, saving nothing more."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start it again on the same port, directory and files (its append-only file, if it keeps one)."""
+        self.process = self._start()
 
     def log(self) -> str:
         path = self.workdir / "redis.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
+        self.resume()  # a paused server would not see the SIGTERM until the SIGKILL
         end(self.process, signal.SIGTERM)  # redis-server saves nothing (--save ''), then exits
         shutil.rmtree(self.workdir, ignore_errors=True)
 

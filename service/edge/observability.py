@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
-from flask import Flask, Response, has_request_context, request
+from flask import Flask, Response, current_app, has_request_context, request
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from werkzeug.wsgi import get_content_length
 
 from service.edge.context import current_jobs
-from service.jobs import census
+from service.jobs import census, queue
 from service.jobs.context import Jobs
 from service.runtime import metrics
 from service.runtime.logwriter import LineWriter, stdout_lines
@@ -164,7 +164,7 @@ class JobsCollector:
     def collect(self) -> Iterator[Metric]:
         try:
             found = census.counts(self.jobs())
-        except census.unreachable() as error:
+        except queue.unreachable() as error:
             logging.getLogger(__name__).warning("the batch jobs' store did not answer the census: %s", error)
             yield GaugeMetricFamily("batch_store_up", STORE_UP, value=0)
             return
@@ -188,7 +188,8 @@ STORE_UP = "1 if the batch jobs' store answered this scrape's census, 0 if not (
 
 def metrics_view() -> Response:
     """GET /metrics: Prometheus text exposition of the whole instance (every worker), and the batch jobs' census."""
-    body, content_type = metrics.exposition([JobsCollector(current_jobs)])
+    served = current_app.extensions["jobs"].settings.served  # a KServe predictor has no jobs to count
+    body, content_type = metrics.exposition([JobsCollector(current_jobs)] if served else [])
     return Response(body, content_type=content_type)
 
 

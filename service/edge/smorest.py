@@ -50,6 +50,13 @@ ERROR_RESPONSES = {
     503: ("NotReady", "The engine failed its self-test."),
 }
 BODY_ERRORS = (400, 413, 415, 422)
+# What every batch-jobs operation may answer besides its own errors (service/edge/v1/jobsgate.py).
+JOBS_RESPONSES = {
+    501: ("JobsNotServed", "Batch jobs are not served by this deployment (ATTENTION_BATCH_JOBS=0, as a KServe "
+                           "predictor): the detail says where they run."),
+    503: ("QueueUnavailable", "The batch jobs' queue and records did not answer in time: try again after "
+                              "`Retry-After` seconds."),
+}
 
 
 def tensor2properties(self: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
@@ -158,12 +165,15 @@ class Blueprint(flask_smorest.Blueprint):
         """Add to the operation's doc (no effect at request time)."""
         return lambda func: _documented(func, flask_smorest.Blueprint.doc(**kwargs))
 
-    def documents(self, *statuses: int) -> Callable:
-        """Document these error statuses as references to the shared problem responses."""
+    def documents(self, *statuses: int, jobs: bool = False) -> Callable:
+        """Document these error statuses as references to the shared problem responses; ``jobs``: also what
+        every batch-jobs operation may answer (:data:`JOBS_RESPONSES`)."""
+        names = [ERROR_RESPONSES[status][0] for status in statuses]
+        shared = [(status, name) for status, (name, _) in JOBS_RESPONSES.items()] if jobs else []
 
         def wrap(func: Callable) -> Callable:
-            for status in statuses:
-                func = self.alt_response(status, response=ERROR_RESPONSES[status][0])(func)
+            for status, name in [*zip(statuses, names, strict=True), *shared]:
+                func = self.alt_response(status, response=name)(func)
             return func
 
         return wrap
@@ -182,7 +192,8 @@ def init_api(app: Flask) -> Api:
     plugin.converter.add_attribute_function(tensor2properties)
     plugin.converter.add_attribute_function(anyof2properties)
     problem = {"content": {PROBLEM_JSON: {"schema": Problem}}}
-    for name, description in [*ERROR_RESPONSES.values(), ("Error", "Unexpected error (a bug).")]:
+    for name, description in [*ERROR_RESPONSES.values(), *JOBS_RESPONSES.values(),
+                               ("Error", "Unexpected error (a bug).")]:
         api.spec.components.response(name, {"description": description, **problem}, lazy=True)
     register_error_handlers(app)
     return api

@@ -28,7 +28,8 @@ def create(jobs: Jobs, owner: str, request: dict[str, Any]) -> dict[str, Any]:
               "input_file_id": file["id"], "completion_window": request["completion_window"], "created_at": now,
               "expires_at": now + int(jobs.settings.window_seconds), "metadata": request.get("metadata"),
               "owner": owner}
-    jobs.store.put(keys.batch(record["id"]), record)
+    jobs.store.commit(put={keys.batch(record["id"]): record}, add={
+        keys.owned("batches", owner): [keys.timed(now, record["id"])], keys.OPEN: [record["id"]]})
     leases.enqueue(jobs, record["id"], "validate")
     reaping.ensure(jobs)
     return describe(jobs, record)
@@ -43,11 +44,19 @@ def get(jobs: Jobs, owner: str, batch_id: str) -> dict[str, Any]:
 
 
 def listing(jobs: Jobs, owner: str, limit: int, after: str | None) -> dict[str, Any]:
-    """OpenAI's list of batches, newest first."""
-    owned = [record for _, record in jobs.store.scan("batch:") if record["owner"] == owner]
-    listed = files.page(owned, limit, after)
-    listed["data"] = [batch.batch_object() for batch in records.read_many(jobs, listed["data"])]
-    return listed
+    """OpenAI's list of batches, newest first: read from the owner's index, about ``limit`` batches whatever the
+    number the store holds."""
+    last = None
+    if after is not None:
+        last = jobs.store.get(keys.batch(after))
+        if last is None or last["owner"] != owner:
+            raise files.NotFound(f"after={after[:80]!r} names nothing in this list.")
+
+    def read(ids: list[str]) -> list[dict[str, Any]]:
+        found = [record for record in jobs.store.get_many([keys.batch(batch_id) for batch_id in ids]) if record]
+        return [batch.batch_object() for batch in records.read_many(jobs, found)]
+
+    return files.page(jobs, keys.owned("batches", owner), last, limit, read)
 
 
 def cancel(jobs: Jobs, owner: str, batch_id: str) -> dict[str, Any]:

@@ -7,21 +7,11 @@ and their running chunks' counts (service.jobs.records.read_many), the queue's l
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from schemas.jobs import STATUSES
 from service.jobs import records
 from service.jobs.context import Jobs
-
-
-# What a store that cannot be reached raises: Redis down or unreachable, SQLite's file locked past its timeout or
-# unreadable, ATTENTION_DATA_DIR not writable (the queue is opened on first use).
-def unreachable() -> tuple[type[Exception], ...]:
-    """What a store that does not answer raises (redis-py imported only then: ~8 MB a web worker otherwise)."""
-    from redis.exceptions import RedisError
-
-    return (RedisError, sqlite3.Error, OSError)
 
 
 @dataclass(frozen=True)
@@ -36,7 +26,8 @@ class Census:
 
 
 def counts(jobs: Jobs) -> Census:
-    """The census of ``jobs``' store now (raises one of :func:`unreachable` when the store does not answer)."""
+    """The census of ``jobs``' store now (raises one of service.jobs.queue.unreachable() when the store does not
+    answer)."""
     statuses = dict.fromkeys(STATUSES, 0)
     requests = {"completed": 0, "failed": 0}
     for batch in records.read_many(jobs, [record for _, record in jobs.store.scan("batch:")]):

@@ -6,7 +6,6 @@ into place at once, then the chunk's counts recorded once.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -26,7 +25,7 @@ def run(jobs: Jobs, batch_id: str, index: int) -> None:
     batch = records.read(jobs, batch_id, chunk=index)
     if batch.record is None or batch.validated is None or batch.counts[index] is not None:
         return
-    if batch.cancel is not None or batch.finalizing is not None or time.time() >= batch.record["expires_at"]:
+    if batch.cancel is not None or batch.finalizing is not None or batch.expiring:
         jobs.store.delete([keys.lease(batch_id, str(index))])  # not run: nothing to reap
         return
     with leases.held(jobs, batch_id, str(index)):

@@ -7,7 +7,7 @@ other key is told it does not exist.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from service.jobs import keys, records
@@ -57,10 +57,22 @@ def save(jobs: Jobs, blocks: Iterable[bytes]) -> tuple[str, int]:
 
 
 def record(jobs: Jobs, owner: str, file_id: str, size: int, filename: str, purpose: str) -> dict[str, Any]:
-    """The record of a saved body: the file now exists; its public record."""
+    """The record of a saved body: the file now exists, listed and due for deletion at its ``expires_at``; its
+    public record."""
     file = stored(jobs, file_id, size, filename, purpose, owner)
-    jobs.store.put(keys.file(file_id), file)
+    jobs.store.commit(put={keys.file(file_id): file}, add={**listed(file), keys.DUE: [due(file)]})
     return public(file)
+
+
+def listed(file: dict[str, Any]) -> dict[str, list[str]]:
+    """The index member that lists ``file`` among its owner's files."""
+    return {keys.owned("files", file["owner"]): [keys.timed(file["created_at"], file["id"])]}
+
+
+def due(file: dict[str, Any]) -> str:
+    """The index member that has the reaper delete an upload at its ``expires_at`` (a batch's output and error
+    files go with their batch)."""
+    return keys.timed(file["expires_at"], keys.file(file["id"]))
 
 
 def stored(jobs: Jobs, file_id: str, size: int, filename: str, purpose: str, owner: str,
@@ -94,15 +106,23 @@ def content(jobs: Jobs, owner: str, file_id: str) -> tuple[dict[str, Any], Joine
 
 def listing(jobs: Jobs, owner: str, limit: int, after: str | None, purpose: str | None) -> dict[str, Any]:
     """OpenAI's list of files, newest first, ``limit`` at most, after the file ``after``."""
-    owned = (record for _, record in jobs.store.scan("file:")
-             if record["owner"] == owner and purpose in (None, record["purpose"]))
-    return page([public(record) for record in owned], limit, after)
+    last = None
+    if after is not None:
+        last = jobs.store.get(keys.file(after))
+        if last is None or last["owner"] != owner or purpose not in (None, last["purpose"]):
+            raise NotFound(f"after={after[:80]!r} names nothing in this list.")
+
+    def read(ids: list[str]) -> list[dict[str, Any]]:
+        found = jobs.store.get_many([keys.file(file_id) for file_id in ids])
+        return [public(file) for file in found if file is not None and purpose in (None, file["purpose"])]
+
+    return page(jobs, keys.owned("files", owner), last, limit, read)
 
 
 def delete(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
     """Delete ``file_id`` (409 while an unfinished batch reads it)."""
     record = get(jobs, owner, file_id)
-    for _, batch in jobs.store.scan("batch:"):
+    for batch in records.unfinished(jobs):
         if batch["input_file_id"] == file_id and not records.read(jobs, batch["id"]).finished:
             raise Conflict(f"Batch {batch['id']} still reads this file: cancel it or wait until it ends.")
     remove(jobs, record)
@@ -112,7 +132,7 @@ def delete(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
 def remove(jobs: Jobs, record: dict[str, Any]) -> None:
     """The file of ``record`` gone, record and body; the last of a batch's two files takes what is left of its
     chunks' results with it (a chunk late to a cancelled batch, empty results)."""
-    jobs.store.delete([keys.file(record["id"])])
+    jobs.store.commit(delete=[keys.file(record["id"])], remove={**listed(record), keys.DUE: [due(record)]})
     jobs.bodies.remove_parts(_parts(jobs, record))
     if "batch" in record and not any(jobs.store.get_many([keys.file(file_id) for file_id in
                                                           keys.output_files(record["batch"])])):
@@ -124,14 +144,19 @@ def _parts(jobs: Jobs, record: dict[str, Any]) -> list[tuple[str, int]]:
     return record.get("parts") or [(jobs.bodies.part(jobs.bodies.path(record["id"])), record["bytes"])]
 
 
-def page(records: Iterable[dict[str, Any]], limit: int, after: str | None) -> dict[str, Any]:
-    """OpenAI's list object of ``records``, newest first (ties by id), the ``limit`` after the one ``after``."""
-    ordered = sorted(records, key=lambda record: (record["created_at"], record["id"]), reverse=True)
-    if after is not None:
-        position = next((i for i, record in enumerate(ordered) if record["id"] == after), None)
-        if position is None:
-            raise NotFound(f"after={after[:80]!r} names nothing in this list.")
-        ordered = ordered[position + 1:]
-    data = ordered[:limit]
+def page(jobs: Jobs, index: str, after: dict[str, Any] | None, limit: int,
+         read: Callable[[list[str]], list[dict[str, Any]]]) -> dict[str, Any]:
+    """OpenAI's list object of the records of ``index`` (an owner's files or batches), newest first (ties by id),
+    the ``limit`` after the record ``after``: ``read`` gives the records of some ids as listed (those that still
+    exist and belong in the list). Reads about ``limit`` of them, however many the index holds."""
+    below = keys.timed(after["created_at"], after["id"]) if after is not None else None
+    found: list[dict[str, Any]] = []
+    while len(found) <= limit:
+        members = jobs.store.members(index, below=below, limit=limit + 1, descending=True)
+        found += read([keys.untimed(member) for member in members])
+        if len(members) <= limit:
+            break
+        below = members[-1]
+    data = found[:limit]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": len(ordered) > limit}
+            "last_id": data[-1]["id"] if data else None, "has_more": len(found) > limit}

@@ -48,14 +48,15 @@ def run(jobs: Jobs, batch_id: str) -> None:
             jobs.store.claim(keys.event(batch_id, "outputs"),
                              _outputs(jobs, records.read(jobs, batch_id, counts=True), status))
         outputs = jobs.store.get(keys.event(batch_id, "outputs"))  # the first finalizer's, whoever that was
-        for file in outputs["files"]:
-            jobs.store.put(keys.file(file["id"]), file)
+        for file in outputs["files"]:  # listed among the owner's files; deleted with the batch
+            jobs.store.commit(put={keys.file(file["id"]): file}, add=files.listed(file))
         ids = {file["id"] for file in outputs["files"]}
         output_id, error_id = (file_id if file_id in ids else None for file_id in keys.output_files(batch_id))
         jobs.store.claim(keys.event(batch_id, "finalized"), {
             "status": status, "at": int(time.time()), "request_counts": outputs["request_counts"],
             "output_file_id": output_id, "error_file_id": error_id})
     jobs.store.delete([keys.lease(batch_id, str(i)) for i in range(len(batch.chunks))])
+    records.retire(jobs, records.read(jobs, batch_id))
 
 
 def _outputs(jobs: Jobs, batch: records.Batch, status: str) -> dict[str, Any]:

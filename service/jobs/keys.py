@@ -1,5 +1,7 @@
-"""Record keys and ids. A batch's own records are ``batch:<id>``; what happens to it is under ``job:<id>:``, written
-once each (service.jobs.records) except the leases."""
+"""Record keys, index names and ids. A batch's own records are ``batch:<id>``; what happens to it is under
+``job:<id>:``, written once each (service.jobs.records) except the leases. The indexes (service.jobs.store): the
+unfinished batches (:data:`OPEN`), each owner's files and batches newest first (:func:`owned`), and what the reaper
+deletes by when (:data:`DUE`)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,22 @@ def request_ids(batch_id: str, line: int) -> tuple[str, str]:
 
 
 REAPER = "reaper"  # the reaper chain's token and last beat
+INDEXED = "indexed"  # written once the records kept before the indexes are in them (service.jobs.reaping.reindex)
+
+OPEN = "open"  # index: the ids of the batches not finished (neither finalized nor failed)
+DUE = "due"  # index: ``timed(when, key)`` of each upload and finished batch, deleted by the reaper from ``when`` on
+
+
+def owned(kind: str, owner: str) -> str:
+    """The index of ``owner``'s ``files`` or ``batches``: ``timed(created_at, id)`` of each."""
+    return f"{kind}:{owner}"
+
+
+def timed(at: float, name: str) -> str:
+    """An index member ordered by the time ``at`` (whole seconds since the epoch), then by ``name``."""
+    return f"{int(at):012d}:{name}"
+
+
+def untimed(member: str) -> str:
+    """The name in a :func:`timed` member."""
+    return member.split(":", 1)[1]

@@ -3,10 +3,17 @@
 ``finalize``) has a lease record: ``queued`` when its task is enqueued, ``running`` with an ``until`` that its
 worker pushes forward while it works. The reaper (service.jobs.reaping) runs a unit again when its lease says it
 cannot be in anyone's hands any more.
+
+A ``queued`` unit whose task a worker took from the queue and died before its lease said ``running`` is found
+without reading the queue: each task carries the time its lease was written, Huey's queue is first in, first out
+within a priority, so once the task first in line at that priority was queued later than the unit (or none is
+left), the unit's own task is no longer queued. The reaper reads one task per priority (:func:`heads`), never the
+whole queue.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +24,9 @@ from service.jobs import keys
 from service.jobs.context import Jobs
 
 QUEUED_GRACE = 2.0  # seconds a queued unit may be missing from the queue: between a worker's dequeue and its lease
+CLOCK_SKEW = 1.0  # seconds the clocks of two machines that enqueue may differ by: a task queued just after another
+# may carry an earlier time
+PRIORITIES = {"validate": 50, "chunk": 0, "finalize": 80}  # each unit's task's (a batch starts soon, ends sooner)
 
 
 def task_of(batch_id: str, unit: str) -> tuple[Any, ...]:
@@ -25,10 +35,27 @@ def task_of(batch_id: str, unit: str) -> tuple[Any, ...]:
 
 
 def enqueue(jobs: Jobs, batch_id: str, unit: str) -> None:
-    """Queue ``unit`` of ``batch_id``: its lease first (so the reaper never sees a queued task without one)."""
-    jobs.store.put(keys.lease(batch_id, unit), {"state": "queued", "at": time.time()})
+    """Queue ``unit`` of ``batch_id``: its lease first (so the reaper never sees a queued task without one), then
+    its task, carrying the lease's time as its last argument."""
+    at = time.time()
+    jobs.store.put(keys.lease(batch_id, unit), {"state": "queued", "at": at})
     name, *args = task_of(batch_id, unit)
-    getattr(jobs.tasks, name)(*args)
+    getattr(jobs.tasks, name)(*args, at)
+
+
+def heads(jobs: Jobs) -> dict[str, float | None]:
+    """For each task name of :data:`PRIORITIES`, when the task first in line among those of its priority was
+    queued (None: none is queued). One task read and deserialised per priority."""
+    found: dict[str, float | None] = {}
+    for name, priority in PRIORITIES.items():
+        data = jobs.store.queue_head(priority)
+        if data is None:
+            found[name] = None
+            continue
+        last = jobs.huey.deserialize_task(data).args[-1]
+        # A task queued by a version before the time was an argument: older than any lease's time.
+        found[name] = last if isinstance(last, float) else 0.0
+    return found
 
 
 def live(lease: dict[str, Any] | None, now: float) -> bool:
@@ -36,16 +63,18 @@ def live(lease: dict[str, Any] | None, now: float) -> bool:
     return lease is not None and lease["state"] == "running" and lease["until"] >= now
 
 
-def lost(lease: dict[str, Any] | None, now: float, pending: set[tuple[Any, ...]], unit: tuple[Any, ...]) -> bool:
-    """Nobody will do ``unit`` (:func:`task_of`) unless it is queued again: no lease, a running lease that ran out,
-    or a queued one whose task is no longer in the queue (dequeued by a worker that died before taking the lease)."""
-    if unit in pending:
-        return False
+def lost(lease: dict[str, Any] | None, now: float, first: dict[str, float | None], name: str) -> bool:
+    """Nobody will do a unit (its task named ``name``) unless it is queued again: no lease, a running lease that ran
+    out, or a queued one whose task is no longer in the queue (dequeued by a worker that died before taking the
+    lease): the task ``first`` in line at its priority was queued after it, or none is left (:func:`heads`)."""
     if lease is None:
         return True
     if lease["state"] == "running":
         return lease["until"] < now
-    return now - lease["at"] > QUEUED_GRACE
+    if now - lease["at"] <= QUEUED_GRACE:
+        return False
+    head = first.get(name)
+    return head is None or head > lease["at"] + CLOCK_SKEW
 
 
 @contextmanager
@@ -95,8 +124,11 @@ class Renewer:
                 if not self.keys:
                     self.thread = None
                     return
-                for key in self.keys:
-                    self._write(key)
+                try:
+                    for key in self.keys:
+                        self._write(key)
+                except Exception:  # the store silent or down a moment: this thread must outlive it, or no lease
+                    logging.getLogger(__name__).exception("could not renew the leases")  # is renewed again
 
     def _write(self, key: str) -> None:
         now = time.time()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from service.jobs import chunks, finalize, reaping, validation
+from service.jobs import chunks, finalize, leases, reaping, validation
 from service.jobs.context import Jobs
 
 if TYPE_CHECKING:  # huey itself is imported when a process first builds its queue (service.jobs.queue)
@@ -25,10 +25,15 @@ class Tasks:
 
 
 def register(jobs: Jobs) -> Tasks:
-    """The tasks of ``jobs``, registered on its Huey."""
-    task = jobs.huey.task
+    """The tasks of ``jobs``, registered on its Huey. A unit's task takes, last, the time its lease was written
+    (``queued_at``, s since the epoch), which only the reaper reads, from the queue (service.jobs.leases.heads);
+    a task queued without it (by the version before) runs too."""
+    task, priority = jobs.huey.task, leases.PRIORITIES
     return Tasks(
-        validate=task(name="validate", priority=50)(lambda batch_id: validation.validate(jobs, batch_id)),
-        chunk=task(name="chunk")(lambda batch_id, index: chunks.run(jobs, batch_id, index)),
-        finalize=task(name="finalize", priority=80)(lambda batch_id: finalize.run(jobs, batch_id)),
+        validate=task(name="validate", priority=priority["validate"])(
+            lambda batch_id, queued_at=0.0: validation.validate(jobs, batch_id)),
+        chunk=task(name="chunk", priority=priority["chunk"])(
+            lambda batch_id, index, queued_at=0.0: chunks.run(jobs, batch_id, index)),
+        finalize=task(name="finalize", priority=priority["finalize"])(
+            lambda batch_id, queued_at=0.0: finalize.run(jobs, batch_id)),
         reap=task(name="reap", priority=100)(lambda token: reaping.chain(jobs, token)))

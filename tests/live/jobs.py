@@ -27,6 +27,7 @@ MHA = "/v1/multi-head-attention"
 DEMO5 = {"tokens": ["the", "cat", "ate", "food", "it"], "d_model": 8, "n_heads": 4, "positional_encoding": True,
          "causal": True}
 ENCODER = "/v1/encoder"
+SMALL = {"query": [[1.0]], "key": [[1.0]], "value": [[1.0]]}
 # ~0.1 s a chunk of 64 here: 3,000 of them keep two workers busy for ~3 s, each answer 640 numbers.
 SLOW = {"tokens": ["the", "cat", "ate", "food", "it"] * 2, "d_model": 64, "n_heads": 4, "n_layers": 6,
         "return_weights": False}
@@ -132,6 +133,13 @@ def memory_kib(pid: int, field: str = "VmRSS") -> int:
     return int(re.search(rf"^{field}:\s+(\d+) kB", status, re.M).group(1))
 
 
+def small_file(count: int) -> bytes:
+    """An input file of ``count`` of /v1/attention's smallest items (1 x 1 query, key and value: ~0.1 KB a line,
+    ~20 us of compute), custom_id ``i<index>``: what the per-item costs of a batch job show on."""
+    line = orjson.dumps({"custom_id": "%d", "method": "POST", "url": "/v1/attention", "body": SMALL})
+    return b"".join(line.replace(b'"%d"', b'"i%d"' % i) + b"\n" for i in range(count))
+
+
 def request_line(custom_id: str, body: Any, url: str = MHA) -> bytes:
     """One line of a batch's input file."""
     return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + b"\n"
@@ -224,3 +232,20 @@ def assert_answers(output: dict[str, Any], expected: Mapping[str, Any]) -> None:
         assert line["error"] is None and line["response"]["status_code"] == 200, line
         assert_close(line["response"]["body"], expected[custom_id], custom_id)
 
+
+
+def started(server: str, count: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """A batch of ``count`` slow encoder items, created and seen with some chunks done (or ended): the batch, and
+    its ids' seeds."""
+    content, ids = seeded(count, body=SLOW, url=ENCODER)
+    created = create(server, upload(server, content)["id"], ENCODER)
+    return wait_batch(server, created["id"], lambda b: b["request_counts"]["completed"] > 0 or ended(b), 60), ids
+
+
+def assert_completed(server: str, batch_id: str, ids: Mapping[str, int]) -> None:
+    """The batch of :func:`started` completes: every item answered once, as the single endpoint answers it."""
+    finished = wait_batch(server, batch_id, ended, 90)
+    assert finished["status"] == "completed", finished
+    output, errors = results(server, finished, ids)
+    assert not errors
+    assert_answers(output, expected(server, ids, SLOW, ENCODER))

@@ -22,6 +22,7 @@ from tests.live.jobs import (
     SLOW,
     Worker,
     assert_answers,
+    assert_completed,
     batch,
     cancel,
     create,
@@ -31,6 +32,7 @@ from tests.live.jobs import (
     queue_env,
     results,
     seeded,
+    started,
     upload,
     wait_batch,
 )
@@ -53,26 +55,23 @@ def server(env: dict[str, str]) -> Iterator[str]:
         yield url
 
 
-def started(server: str, count: int = ITEMS) -> tuple[dict, dict[str, int]]:
-    """A batch of ``count`` slow items, created and seen with some chunks done: the batch, and its ids' seeds."""
-    content, ids = seeded(count, body=SLOW, url=ENCODER)
-    created = create(server, upload(server, content)["id"], ENCODER)
-    return wait_batch(server, created["id"], lambda b: b["request_counts"]["completed"] > 0 or ended(b), 60), ids
-
-
-def assert_completed(server: str, batch_id: str, ids: dict[str, int]) -> None:
-    """The batch completes: every item answered once, as the single endpoint answers it."""
-    finished = wait_batch(server, batch_id, ended, 90)
-    assert finished["status"] == "completed", finished
-    output, errors = results(server, finished, ids)
-    assert not errors
-    assert_answers(output, expected(server, ids, SLOW, ENCODER))
+def watched_until_ended(server: str, batch_id: str, timeout: float) -> tuple[dict, list[tuple[float, str]]]:
+    """The batch once it has ended, and every (time asked, status) seen on the way (polled every 20 ms)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while True:
+        asked_at = time.time()
+        found = batch(server, batch_id)
+        seen.append((asked_at, found["status"]))
+        if ended(found):
+            return found, seen
+        assert time.monotonic() < deadline, f"timed out after {timeout} s: {found}"
+        time.sleep(0.02)
 
 
 def test_a_worker_killed_mid_chunk_costs_time_only(env, server):
     with Worker(env) as doomed, Worker(env) as other:
         doomed.ready(), other.ready()
-        running, ids = started(server)
+        running, ids = started(server, ITEMS)
         assert running["status"] == "in_progress", running
         frozen_holding([doomed], "chunk").kill()  # only the chunk's lease tells that it is lost
         with Worker(env):  # a replacement beside the survivor
@@ -109,7 +108,7 @@ def test_an_api_restarted_mid_batch_loses_nothing(env):
     with Worker(env) as one, Worker(env) as other:
         with gunicorn_server(**env, WEB_CONCURRENCY="1") as first:
             one.ready(), other.ready()
-            running, ids = started(first)
+            running, ids = started(first, ITEMS)
             assert running["status"] == "in_progress", running
         # The first API is gone (SIGTERM, drained); the workers went on. A new one on the same data and queue:
         with gunicorn_server(**env, WEB_CONCURRENCY="1") as second:
@@ -121,7 +120,7 @@ def test_an_api_restarted_mid_batch_loses_nothing(env):
 def test_a_cancelled_batch_keeps_its_finished_chunks(env, server):
     with Worker(env) as one, Worker(env) as other:
         one.ready(), other.ready()
-        running, ids = started(server)
+        running, ids = started(server, ITEMS)
         response = cancel(server, running["id"])
         assert response["status"] in ("cancelling", "cancelled") and response["cancelling_at"]
         finished = wait_batch(server, running["id"], ended, 60)
@@ -148,7 +147,11 @@ def test_a_window_that_runs_out_expires_the_batch(env):
             late_content, late_ids = seeded(3 * ITEMS, body=SLOW, url=ENCODER)
             late = create(server, upload(server, late_content)["id"], ENCODER)
             unread = wait_batch(server, unread["id"], ended, 30)
-            finished = wait_batch(server, late["id"], ended, 60)
+            finished, seen = watched_until_ended(server, late["id"], 60)
+        # Past its window a batch reads finalizing on the way to expired, never in_progress (a client that stops
+        # polling at expired finds its files there).
+        late_statuses = {status for asked_at, status in seen if asked_at >= late["expires_at"]}
+        assert late_statuses <= {"finalizing", "expired"} and "expired" in late_statuses, seen
         # Read first (each of its requests gets its error line), then expired whole: no chunk starts past the window.
         assert unread["status"] == "expired" and unread["in_progress_at"] and unread["output_file_id"] is None
         _, errors = results(server, unread, ids)

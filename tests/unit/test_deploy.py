@@ -170,4 +170,15 @@ def test_compose_api_and_workers_share_the_settings_the_queue_and_the_data_volum
     assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     [storage] = redis["volumes"]
     assert storage.split(":") == ["redis-data", "/data"] and "redis-data" in COMPOSE["volumes"]
-    assert "ports" not in redis  # only the compose network reaches it (no password)
+    assert "ports" not in redis  # only the compose network reaches it
+
+
+def test_compose_redis_requires_the_password_the_api_and_workers_are_given():
+    redis = COMPOSE["services"]["redis"]
+    password = redis["command"][redis["command"].index("--requirepass") + 1]
+    # one variable, which compose refuses to start without (${NAME:?message}): no password shipped in the file
+    assert re.fullmatch(r"\$\{REDIS_PASSWORD:\?[^}]+\}", password)
+    assert redis["environment"]["REDISCLI_AUTH"] == password  # the healthcheck's redis-cli ping authenticates
+    assert compose_api_environment()["ATTENTION_QUEUE_PASSWORD"] == password
+    assert compose_environment("worker")["ATTENTION_QUEUE_PASSWORD"] == password
+    assert "@" not in compose_api_environment()["ATTENTION_QUEUE_URL"]  # not in the URL too

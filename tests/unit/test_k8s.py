@@ -10,6 +10,7 @@ import functools
 import math
 import re
 import tomllib
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import jsonschema
@@ -17,7 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.settings import VARIABLES, Limits, from_env
+from service.jobs import queue
+from service.settings import VARIABLES, JobSettings, Limits, from_env
 from tests.harness import (
     COMPOSE,
     ROOT,
@@ -35,8 +37,11 @@ KUBERNETES = ("1.30", kubernetes_validate.latest_version())  # the oldest versio
 SETTINGS = ROOT / "deploy" / "k8s" / "base" / "settings.env"
 INFERENCE_SERVICE = ROOT / "deploy" / "kserve" / "inferenceservice.yaml"
 KSERVE_CRD = ROOT.parent / "shared" / "kserve" / "inferenceservices-crd.yaml"
+KEDA_CRDS = {kind: ROOT.parent / "shared" / "keda" / f"keda.sh_{kind.lower()}s.yaml"
+             for kind in ("ScaledObject", "TriggerAuthentication")}  # KEDA's kinds, by their CRDs' file names
 API, WORKER = "attention", "attention-worker"  # the Deployments (and their autoscalers and network policies)
 DEPLOYMENTS = (API, WORKER)
+PASSWORD = "ATTENTION_QUEUE_PASSWORD"
 FS_GROUP = ("fsGroup", "fsGroupChangePolicy")  # the shared volume's group: only where that volume is mounted
 
 Objects = dict[tuple[str, str], dict]
@@ -134,7 +139,30 @@ def validate(obj: dict, version: str) -> None:
 def test_every_rendered_object_is_valid_kubernetes(overlay, version):
     _, objects = overlay
     for obj in objects.values():
-        validate(obj, version)
+        if obj["kind"] not in KEDA_CRDS:  # KEDA's kinds: their CRDs' schemas (below)
+            validate(obj, version)
+
+
+def test_keda_s_objects_are_valid_for_keda_s_crds(overlay):
+    name, objects = overlay
+    found = [obj for obj in objects.values() if obj["kind"] in KEDA_CRDS]
+    assert sorted(obj["kind"] for obj in found) == ([] if name == "dev" else sorted(KEDA_CRDS))
+    for obj in found:
+        assert obj["apiVersion"] == "keda.sh/v1alpha1"
+        assert crd_errors(keda_schema(obj["kind"]), obj) == []
+        validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}, KUBERNETES[0])
+
+
+def test_the_keda_validation_refuses_unknown_fields_and_wrong_types():
+    scaled = copy.deepcopy(rendered("prod")["ScaledObject", WORKER])
+    scaled["spec"]["triggers"][0]["listName"] = "misplaced"  # a trigger's parameter outside its metadata
+    assert any("listName" in error for error in crd_errors(keda_schema("ScaledObject"), scaled))
+    wrong = copy.deepcopy(rendered("prod")["ScaledObject", WORKER])
+    wrong["spec"]["minReplicaCount"] = "one"
+    assert crd_errors(keda_schema("ScaledObject"), wrong)
+    auth = copy.deepcopy(rendered("prod")["TriggerAuthentication", "attention-redis"])
+    auth["spec"]["secretTargetRef"][0]["secret"] = "attention-redis"
+    assert crd_errors(keda_schema("TriggerAuthentication"), auth)
 
 
 def test_the_validation_refuses_unknown_fields_and_kinds():
@@ -160,23 +188,34 @@ def strict(schema: object) -> object:
     return closed
 
 
+def crd_schema(path: Path, version: str) -> dict:
+    """The strict schema of ``version`` in the CRD at ``path`` (skipped, saying so, where it is not beside the
+    repository)."""
+    if not path.exists():
+        pytest.skip(f"the CRD is not beside the repository ({path})")
+    crd = yaml.safe_load(path.read_text())
+    [served] = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return strict(served["schema"]["openAPIV3Schema"])
+
+
 @pytest.fixture(scope="module")
 def kserve_schema() -> dict:
-    if not KSERVE_CRD.exists():
-        pytest.skip(f"KServe's CRD is not beside the repository ({KSERVE_CRD})")
-    crd = yaml.safe_load(KSERVE_CRD.read_text())
-    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
-    return strict(version["schema"]["openAPIV3Schema"])
+    return crd_schema(KSERVE_CRD, "v1beta1")
 
 
-def kserve_errors(schema: dict, isvc: dict) -> list[str]:
+@functools.cache
+def keda_schema(kind: str) -> dict:
+    return crd_schema(KEDA_CRDS[kind], "v1alpha1")
+
+
+def crd_errors(schema: dict, obj: dict) -> list[str]:
     validator = jsonschema.Draft7Validator(schema)
-    return [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(isvc)]
+    return [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(obj)]
 
 
 def test_the_inference_service_is_valid_for_kserve(kserve_schema, isvc):
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1" and isvc["kind"] == "InferenceService"
-    assert kserve_errors(kserve_schema, isvc) == []
+    assert crd_errors(kserve_schema, isvc) == []
     # The CRD leaves metadata to the API server (ObjectMeta): check it as any object's metadata.
     validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": isvc["metadata"]}, KUBERNETES[0])
 
@@ -184,10 +223,10 @@ def test_the_inference_service_is_valid_for_kserve(kserve_schema, isvc):
 def test_the_kserve_validation_refuses_unknown_fields_and_wrong_types(kserve_schema, isvc):
     unknown = copy.deepcopy(isvc)
     unknown["spec"]["predictor"]["containers"][0]["probe"] = {}
-    assert any("probe" in error for error in kserve_errors(kserve_schema, unknown))
+    assert any("probe" in error for error in crd_errors(kserve_schema, unknown))
     wrong = copy.deepcopy(isvc)
     wrong["spec"]["predictor"]["scaleMetric"] = "gpu"
-    assert kserve_errors(kserve_schema, wrong)
+    assert crd_errors(kserve_schema, wrong)
 
 
 # --- the pods ------------------------------------------------------------------------------------------------------
@@ -220,9 +259,10 @@ def test_the_worker_pod_is_the_api_pod_but_for_command_resources_and_serving(ove
         assert worker[field] == api[field], field
     for field in ("image", "imagePullPolicy", "securityContext", "volumeMounts"):
         assert container(objects, WORKER)[field] == container(objects, API)[field], field
-    # it serves no HTTP: no port, no probe, no Service; and it needs no API keys
-    assert not {"ports", "startupProbe", "readinessProbe", "livenessProbe", "env"} & set(container(objects, WORKER))
-    assert environment(objects, WORKER) == only(objects, "ConfigMap")["data"]
+    # it serves no HTTP: no port, no probe, no Service; and it needs no API keys, only the Redis password
+    assert not {"ports", "startupProbe", "readinessProbe", "livenessProbe"} & set(container(objects, WORKER))
+    assert container(objects, WORKER)["env"] == [redis_password(objects, API)]
+    assert environment(objects, WORKER) == {**only(objects, "ConfigMap")["data"], PASSWORD: None}
 
 
 def test_the_writable_paths_are_a_memory_backed_tmp_and_the_shared_jobs_volume(overlay, deployment):
@@ -323,6 +363,20 @@ def test_every_variable_set_is_one_the_service_reads(overlay, deployment):
         assert secret["valueFrom"]["secretKeyRef"]["optional"] is True  # no Secret: auth off, the pod still starts
 
 
+def redis_password(objects: Objects, name: str) -> dict:
+    """The container's ATTENTION_QUEUE_PASSWORD entry."""
+    [entry] = [item for item in container(objects, name)["env"] if item["name"] == PASSWORD]
+    return entry
+
+
+def test_both_pods_read_the_redis_password_from_one_secret_that_must_exist(overlay, deployment):
+    _, objects = overlay
+    reference = redis_password(objects, deployment)["valueFrom"]["secretKeyRef"]
+    assert reference == {"name": "attention-redis", "key": "password"}  # not optional: no Secret, no pod
+    assert PASSWORD not in only(objects, "ConfigMap")["data"]  # never in the ConfigMap
+    assert urlsplit(settings_file()["ATTENTION_QUEUE_URL"]).password is None  # nor in the URL
+
+
 def test_the_settings_hold_every_limit_at_the_service_default(environ):
     settings = settings_file()
     limits = {f.name: f.metadata["variable"] for f in dataclasses.fields(Limits)}
@@ -411,13 +465,36 @@ def test_prod_keeps_two_replicas_on_different_nodes_and_rolls_out_with_none_down
     assert spread == {"kubernetes.io/hostname": "DoNotSchedule", "topology.kubernetes.io/zone": "ScheduleAnyway"}
 
 
-def test_prod_keeps_two_workers_and_scales_them_on_cpu():
+def test_prod_scales_the_workers_with_keda_on_the_queue_the_service_builds(tmp_path):
     objects = rendered("prod")
-    workers, hpa = objects["Deployment", WORKER]["spec"], objects["HorizontalPodAutoscaler", WORKER]["spec"]
-    assert "replicas" not in workers  # the HPA's
-    assert hpa["minReplicas"] == 2 and hpa["maxReplicas"] == 10
-    assert hpa["metrics"] == objects["HorizontalPodAutoscaler", API]["spec"]["metrics"]  # CPU, 70 %
+    workers, scaled = objects["Deployment", WORKER]["spec"], objects["ScaledObject", WORKER]["spec"]
+    assert "replicas" not in workers  # KEDA's HPA owns the count
+    assert ("HorizontalPodAutoscaler", WORKER) not in objects  # KEDA refuses a target another HPA manages
+    assert objects["HorizontalPodAutoscaler", API]["spec"]["scaleTargetRef"]["name"] == API  # the API keeps its own
+    assert scaled["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": WORKER}
+    # the scaler counts queued tasks only and the reaper runs in the workers: never none (keda.yaml says why)
+    assert scaled["minReplicaCount"] == 1 and scaled["maxReplicaCount"] == 10
+    [trigger] = scaled["triggers"]
+    assert trigger["type"] == "redis"
+    url = urlsplit(settings_file()["ATTENTION_QUEUE_URL"])
+    built = queue.build(JobSettings(data_dir=tmp_path, queue_url=url.geturl()), Limits())  # opens no connection
+    assert trigger["metadata"]["listName"] == built.huey.storage.queue_key == "huey.redis.attentionjobs"
+    assert trigger["metadata"]["address"] == f"{url.hostname}:{url.port}"
+    assert trigger["metadata"]["databaseIndex"] == url.path.strip("/")
+    assert trigger["metadata"]["enableTLS"] == str(url.scheme == "rediss").lower()
+    assert int(trigger["metadata"]["listLength"]) > 0 and "password" not in trigger["metadata"]
+    auth = objects["TriggerAuthentication", trigger["authenticationRef"]["name"]]["spec"]
+    [secret] = auth["secretTargetRef"]
+    reference = redis_password(objects, WORKER)["valueFrom"]["secretKeyRef"]
+    assert secret == {"parameter": "password", "name": reference["name"], "key": reference["key"]}
     assert workers["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+
+
+def test_huey_s_redis_queue_is_the_sorted_set_keda_counts(tmp_path):
+    """The scaler counts a sorted set with ZCARD: the service's queue must be Huey's priority queue (a list would
+    be counted too, but the tasks' priorities would go)."""
+    built = queue.build(JobSettings(data_dir=tmp_path, queue_url="redis://attention-redis:6379/0"), Limits())
+    assert type(built.huey.storage).__name__ == "PriorityRedisStorage" and built.huey.storage.priority
 
 
 # --- KServe --------------------------------------------------------------------------------------------------------
@@ -434,7 +511,7 @@ def test_the_inference_service_is_a_standard_mode_custom_predictor_scaled_by_hpa
     assert api["ports"] == [{"containerPort": 8000, "protocol": "TCP"}]
 
 
-def test_the_inference_service_pod_is_the_deployments_pod_without_the_jobs_volume(isvc, client):
+def test_the_inference_service_pod_is_the_deployments_pod_without_the_jobs_volume(isvc, client, environ):
     objects = rendered("prod")
     pod, api = pod_spec(objects), container(objects)
     predictor = isvc["spec"]["predictor"]
@@ -452,9 +529,16 @@ def test_the_inference_service_pod_is_the_deployments_pod_without_the_jobs_volum
     assert predictor["deploymentStrategy"] == objects["Deployment", API]["spec"]["strategy"]
     settings = environment(objects)
     literal = {item["name"]: item.get("value") for item in served["env"]}
-    assert literal == {name: settings[name] for name in literal}  # a subset of the Deployment's, the same values
-    # no workers beside it (each replica would keep a queue of its own), and no shared queue
+    jobs_off = {"ATTENTION_BATCH_JOBS": "0"}  # its one setting of its own: the Deployment serves batch jobs
+    assert literal == {**{name: settings[name] for name in literal if name not in jobs_off}, **jobs_off}
+    # no workers beside it (each replica would keep a queue of its own), and no shared queue: the jobs endpoints
+    # answer 501 saying where batch jobs run (tests/unit/edge/jobs/test_gate.py)
     assert literal["ATTENTION_EMBEDDED_WORKERS"] == "0" and "ATTENTION_QUEUE_URL" not in literal
+    assert "ATTENTION_BATCH_JOBS" not in settings
+    for name, value in literal.items():
+        if value is not None:
+            environ.setenv(name, value)
+    assert not from_env().jobs.served
     assert int(literal["PORT"]) == served["ports"][0]["containerPort"]
     for kind, path in (("startupProbe", "/v2/health/ready"), ("readinessProbe", "/v2/health/ready"),
                        ("livenessProbe", "/v2/health/live")):

@@ -9,19 +9,21 @@ from schemas.jobs import BATCH_EXAMPLE, BatchList, BatchListQuery, BatchObject, 
 from service.edge.context import current_jobs
 from service.edge.security import owner
 from service.edge.smorest import BODY_ERRORS, Blueprint
+from service.edge.v1 import jobsgate
 from service.jobs import batches
 
 CREATED = {"status": "validating", "output_file_id": None, "error_file_id": None, "in_progress_at": None,
            "finalizing_at": None, "completed_at": None, "request_counts": {"total": 0, "completed": 0, "failed": 0}}
 blp = Blueprint("batches", __name__, url_prefix="/v1",
                 description="Batch jobs: a file of requests computed by workers (OpenAI's Batch API).")
+jobsgate.guard(blp)
 
 
 @blp.route("/batches", methods=["POST"])
 @blp.arguments(CreateBatchRequest, example={"input_file_id": "file-0123456789abcdef01234567",
                                       "endpoint": "/v1/multi-head-attention", "completion_window": "24h"})
 @blp.response(200, BatchObject, dump=False, example={**BATCH_EXAMPLE, **CREATED})
-@blp.documents(*BODY_ERRORS)
+@blp.documents(*BODY_ERRORS, jobs=True)
 def create_batch(body: dict[str, Any]) -> dict[str, Any]:
     """Create a batch.
 
@@ -37,7 +39,7 @@ def create_batch(body: dict[str, Any]) -> dict[str, Any]:
 @blp.route("/batches", methods=["GET"])
 @blp.arguments(BatchListQuery, location="query")
 @blp.response(200, BatchList, dump=False, example=list_example(BATCH_EXAMPLE))
-@blp.documents(404, 422)
+@blp.documents(404, 422, jobs=True)
 def list_batches(query: dict[str, Any]) -> dict[str, Any]:
     """Your batches, newest first (paged by `after`)."""
     return batches.listing(current_jobs(), owner(), query["limit"], query.get("after"))
@@ -45,7 +47,7 @@ def list_batches(query: dict[str, Any]) -> dict[str, Any]:
 
 @blp.route("/batches/<batch_id>", methods=["GET"])
 @blp.response(200, BatchObject, dump=False, example=BATCH_EXAMPLE)
-@blp.documents(404)
+@blp.documents(404, jobs=True)
 def get_batch(batch_id: str) -> dict[str, Any]:
     """A batch's state."""
     return batches.get(current_jobs(), owner(), batch_id)
@@ -53,7 +55,7 @@ def get_batch(batch_id: str) -> dict[str, Any]:
 
 @blp.route("/batches/<batch_id>/cancel", methods=["POST"])
 @blp.response(200, BatchObject, dump=False, example=BATCH_EXAMPLE)
-@blp.documents(404, 409)
+@blp.documents(404, 409, jobs=True)
 def cancel_batch(batch_id: str) -> dict[str, Any]:
     """Cancel a batch.
 

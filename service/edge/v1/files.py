@@ -12,6 +12,7 @@ from schemas.problem import Problem
 from service.edge.context import current_jobs
 from service.edge.security import owner
 from service.edge.smorest import Blueprint
+from service.edge.v1 import jobsgate
 from service.edge.v1.uploads import Upload
 from service.jobs import files
 from service.jobs.bodies import BLOCK
@@ -19,6 +20,7 @@ from service.problems import PROBLEM_JSON, ValidationProblem
 
 NDJSON = "application/x-ndjson"
 blp = Blueprint("files", __name__, url_prefix="/v1", description="Files for batch jobs (OpenAI's Files API).")
+jobsgate.guard(blp)
 
 FORM = {"required": True, "content": {"multipart/form-data": {
     "schema": {"type": "object", "required": ["file", "purpose"], "properties": {
@@ -33,7 +35,7 @@ FORM = {"required": True, "content": {"multipart/form-data": {
 @blp.response(200, FileObject, dump=False, example=FILE_EXAMPLE)
 @blp.alt_response(413, schema=Problem, content_type=PROBLEM_JSON,
                   description="The file is larger than max_file_bytes (see GET /v1/limits); nothing was kept.")
-@blp.documents(400, 415, 422)
+@blp.documents(400, 415, 422, jobs=True)
 def upload(query: dict[str, Any]) -> dict[str, Any]:
     """Upload a file of requests.
 
@@ -56,14 +58,18 @@ def upload(query: dict[str, Any]) -> dict[str, Any]:
         part = "file" if upload.filename is None else "purpose"
         detail = "Required: the file of requests." if part == "file" else "Required: batch."
         raise ValidationProblem(f"The form's {part}: {detail}", errors=[{"pointer": "/" + part, "detail": detail}])
-    return files.record(jobs, owner(), file_id, size, upload.filename or query.get("filename", "input.jsonl"),
-                        "batch")
+    try:
+        return files.record(jobs, owner(), file_id, size, upload.filename or query.get("filename", "input.jsonl"),
+                            "batch")
+    except BaseException:  # its record not written (the queue silent: a 503): no body left behind without one
+        jobs.bodies.remove(file_id)
+        raise
 
 
 @blp.route("/files", methods=["GET"])
 @blp.arguments(FileListQuery, location="query")
 @blp.response(200, FileList, dump=False, example=list_example(FILE_EXAMPLE))
-@blp.documents(404, 422)
+@blp.documents(404, 422, jobs=True)
 def list_files(query: dict[str, Any]) -> dict[str, Any]:
     """Your files, newest first.
 
@@ -74,7 +80,7 @@ def list_files(query: dict[str, Any]) -> dict[str, Any]:
 
 @blp.route("/files/<file_id>", methods=["GET"])
 @blp.response(200, FileObject, dump=False, example=FILE_EXAMPLE)
-@blp.documents(404)
+@blp.documents(404, jobs=True)
 def get_file(file_id: str) -> dict[str, Any]:
     """A file's record."""
     return files.public(files.get(current_jobs(), owner(), file_id))
@@ -82,7 +88,7 @@ def get_file(file_id: str) -> dict[str, Any]:
 
 @blp.route("/files/<file_id>", methods=["DELETE"])
 @blp.response(200, FileDeleted, dump=False, example={"id": FILE_EXAMPLE["id"], "object": "file", "deleted": True})
-@blp.documents(404, 409)
+@blp.documents(404, 409, jobs=True)
 def delete_file(file_id: str) -> dict[str, Any]:
     """Delete a file (409 while an unfinished batch reads it)."""
     return files.delete(current_jobs(), owner(), file_id)
@@ -91,7 +97,7 @@ def delete_file(file_id: str) -> dict[str, Any]:
 @blp.route("/files/<file_id>/content", methods=["GET"])
 @blp.doc(responses={"200": {"description": "The file as it was stored (ranges allowed).",
                              "content": {NDJSON: {"schema": {"type": "string"}}}}})
-@blp.documents(404)
+@blp.documents(404, jobs=True)
 def file_content(file_id: str) -> Any:
     """A file's content.
 

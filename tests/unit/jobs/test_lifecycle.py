@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from service.edge import create_app
-from service.jobs import batches, chunks, files, finalize, keys, reaping
+from service.jobs import batches, chunks, files, finalize, keys, leases, reaping
 from service.jobs.context import Jobs
 from service.jobs.endpoints import endpoints
 from service.operations import answers
@@ -220,12 +220,17 @@ def test_a_window_that_runs_out_midway_keeps_the_done_chunks(make_jobs):
     batch_id = submit(jobs, file_of(BODIES))
     assert [step(jobs), step(jobs), step(jobs)] == ["reap", "validate", "chunk"]
     record = jobs.store.get(keys.batch(batch_id))
-    jobs.store.put(keys.batch(batch_id), {**record, "expires_at": int(time.time()) - 1})  # a day later
-    assert drain(jobs) == ["chunk", "chunk"] and counts(jobs, batch_id) == ("in_progress", 7, 2, 1)
+    window_end = int(time.time()) - 1
+    jobs.store.put(keys.batch(batch_id), {**record, "expires_at": window_end})  # a day later
+    # Past its window the batch reads finalizing, never in_progress: nothing more starts, and the reaper ends it.
+    assert drain(jobs) == ["chunk", "chunk"] and counts(jobs, batch_id) == ("finalizing", 7, 2, 1)
+    assert status(jobs, batch_id)["finalizing_at"] == window_end
     reaping.reap(jobs)  # expiry is the periodic pass's to see
+    assert counts(jobs, batch_id) == ("finalizing", 7, 2, 1)  # claimed expired, its files not written yet
     drain(jobs)
     batch = status(jobs, batch_id)
     assert batch["status"] == "expired" and batch["request_counts"] == {"total": 7, "completed": 2, "failed": 5}
+    assert batch["finalizing_at"] == window_end <= batch["expired_at"] and batch["completed_at"] is None
     found = results(jobs, batch)
     assert [found[f"item-{i}"]["response"]["status_code"] for i in range(3)] == [200, 422, 200]
     assert {found[f"item-{i}"]["error"]["code"] for i in range(3, 7)} == {"batch_expired"}
@@ -237,16 +242,16 @@ def test_lost_chunks_are_queued_again_by_the_reaper_and_each_custom_id_is_writte
     assert [step(jobs), step(jobs)] == ["reap", "validate"]
     now = time.time()
     # Chunk 0: dequeued by a worker that died before it took the lease (still "queued", long ago).
-    assert (lost := jobs.huey.dequeue()).args == (batch_id, 0)
+    assert (lost := jobs.huey.dequeue()).args[:2] == (batch_id, 0)
     jobs.store.put(keys.lease(batch_id, "0"), {"state": "queued", "at": now - 10})
     # Chunk 1: its worker died while running it (a lease that ran out).
-    assert jobs.huey.dequeue().args == (batch_id, 1)
+    assert jobs.huey.dequeue().args[:2] == (batch_id, 1)
     jobs.store.put(keys.lease(batch_id, "1"), {"state": "running", "at": now - 70, "until": now - 10})
     # Chunk 2: a worker is running it right now: not lost. Chunk 3 is still queued: not lost either.
-    assert jobs.huey.dequeue().args == (batch_id, 2)
+    assert jobs.huey.dequeue().args[:2] == (batch_id, 2)
     jobs.store.put(keys.lease(batch_id, "2"), {"state": "running", "at": now, "until": now + 60})
     reaping.reap(jobs)
-    assert sorted(task.args for task in jobs.huey.pending() if task.name == "chunk") == [
+    assert sorted(task.args[:2] for task in jobs.huey.pending() if task.name == "chunk") == [
         (batch_id, 0), (batch_id, 1), (batch_id, 3)]
     assert drain(jobs) == ["chunk", "chunk", "chunk"]
     assert counts(jobs, batch_id) == ("in_progress", 7, 2, 3)  # chunk 2 is not done yet
@@ -286,7 +291,7 @@ def test_finalizing_twice_gives_the_same_files_and_counts(make_jobs):
     batch = status(jobs, batch_id)
     kept = [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")]
     finalize.run(jobs, batch_id)
-    reaping.settle(jobs, batch_id, pending=set())
+    reaping.settle(jobs, batch_id, first={})
     assert drain(jobs) == []
     assert status(jobs, batch_id) == batch
     assert [body_of(jobs, batch[name]) for name in ("output_file_id", "error_file_id")] == kept
@@ -327,30 +332,79 @@ def test_deleting_a_batch_s_files_removes_its_results(make_jobs):
     assert not (jobs.bodies.batches / batch["id"]).exists()  # the empty results and all
 
 
-def test_files_past_their_retention_go_unless_an_unfinished_batch_reads_them(make_jobs):
-    jobs = make_jobs()
+def test_past_their_retention_files_and_finished_batches_go_unless_an_unfinished_batch_reads_them(make_jobs):
+    jobs = make_jobs(limits=Limits(file_retention_seconds=1))
     finished = submit(jobs, file_of(BODIES[:2]))
     drain(jobs)
     running = submit(jobs, file_of(BODIES[2:4]))  # validating: no worker has run it yet
-    unused, young = (files.save(jobs, [b"{}\n"])[0] for _ in range(2))
-    for file_id in (unused, young):
-        files.record(jobs, "", file_id, 3, "input.jsonl", "batch")
+    unused = files.save(jobs, [b"{}\n"])[0]
+    files.record(jobs, "", unused, 3, "input.jsonl", "batch")
     done, waiting = status(jobs, finished), status(jobs, running)
-    old = [done["input_file_id"], done["output_file_id"], done["error_file_id"], waiting["input_file_id"], unused]
-    for file_id in old:  # their 30 days are over
-        jobs.store.put(keys.file(file_id), {**jobs.store.get(keys.file(file_id)), "expires_at": int(time.time())})
+    wait_for(lambda: time.time() >= done["completed_at"] + 2, 5, "the retention's end")  # 1 s, in whole seconds
+    young = files.save(jobs, [b"{}\n"])[0]
+    files.record(jobs, "", young, 3, "input.jsonl", "batch")
     reaping.reap(jobs)
+    # The finished batch went with its files and results, 404 as if it never was; the unfinished one's input stays.
+    with pytest.raises(files.NotFound):
+        batches.get(jobs, "", finished)
+    assert [batch["id"] for batch in batches.listing(jobs, "", 10, None)["data"]] == [running]
     kept = {key.removeprefix("file:") for key, _ in jobs.store.scan("file:")}
     assert kept == {waiting["input_file_id"], young}
+    assert {file["id"] for file in files.listing(jobs, "", 10, None, None)["data"]} == kept
     assert sorted(path.name for path in jobs.bodies.files.iterdir()) == sorted(kept)
-    assert not (jobs.bodies.batches / finished).exists()  # its output and error files' parts went with them
+    assert not (jobs.bodies.batches / finished).exists()
+    assert not [key for key, _ in jobs.store.scan(f"job:{finished}:")] and jobs.store.get(keys.batch(finished)) is None
     drain(jobs)
-    assert status(jobs, running)["status"] == "completed"
-    reaping.reap(jobs)  # now that no batch reads it
-    assert {key.removeprefix("file:") for key, _ in jobs.store.scan("file:")} == {
-        young, *(status(jobs, running)[name] for name in ("output_file_id", "error_file_id"))}
+    ended = status(jobs, running)
+    assert ended["status"] == "completed"
+    wait_for(lambda: time.time() >= ended["completed_at"] + 2, 5, "the retention's end")
+    reaping.reap(jobs)  # now that no batch reads it, and its own retention is over too
+    assert list(jobs.store.scan("file:")) == [] and list(jobs.store.scan("batch:")) == []
+    assert list(jobs.store.scan("job:")) == [] and not list(jobs.bodies.files.iterdir())
+    for index in (keys.OPEN, keys.DUE, keys.owned("files", ""), keys.owned("batches", "")):
+        assert jobs.store.members(index) == [], index
     with pytest.raises(files.NotFound):
         files.get(jobs, "", waiting["input_file_id"])
+
+
+def test_a_reap_reads_the_unfinished_batches_never_the_finished_ones_nor_the_whole_queue(make_jobs, monkeypatch):
+    jobs = make_jobs(chunk_items=1)
+    read: list[str] = []
+    for name in ("get_many", "members"):
+        method = getattr(jobs.store, name)
+        monkeypatch.setattr(jobs.store, name, lambda *args, _method=method, **kwargs: (
+            read.append(repr(args[0])), _method(*args, **kwargs))[1])
+    monkeypatch.setattr(jobs.huey, "pending", lambda *args: pytest.fail("the reaper read the whole queue"))
+    heads = []
+    monkeypatch.setattr(jobs.huey, "deserialize_task", lambda data, _method=jobs.huey.deserialize_task: (
+        heads.append(data), _method(data))[1])
+
+    def reaped() -> tuple[int, int]:
+        """The store's reads and the queue's tasks deserialised by one reap."""
+        read.clear(), heads.clear()
+        reaping.reap(jobs)
+        return len(read), len(heads)
+
+    running = submit(jobs, file_of(BODIES[:3]))
+    assert [step(jobs), step(jobs)] == ["reap", "validate"]
+    taken = [jobs.huey.dequeue() for _ in range(3)]  # its 3 chunks in (live) workers' hands all along
+    for task in taken:
+        jobs.store.put(keys.lease(running, str(task.args[1])), {"state": "running", "at": time.time(),
+                                                                 "until": time.time() + 3600})
+    seen = [reaped()]
+    for count in (1, 10):  # finished batches in the store besides the running one
+        while len(list(jobs.store.scan("batch:"))) < count + 1:
+            finished = submit(jobs, file_of(BODIES[:1]))
+            assert drain(jobs) == ["validate", "chunk", "finalize"]
+            assert status(jobs, finished)["status"] == "completed"
+        assert status(jobs, running)["status"] == "in_progress"
+        seen.append(reaped())
+    assert seen[0] == seen[1] == seen[2], seen  # as many reads with 10 finished batches as with none
+    assert seen[0][1] <= len(leases.PRIORITIES)  # the first task of each priority at most
+    for task in taken:
+        jobs.huey.enqueue(task)
+    drain(jobs)
+    assert status(jobs, running)["status"] == "completed"
 
 
 def test_the_model_endpoint_is_a_batch_endpoint_and_its_url_names_the_model(make_jobs, checked):
@@ -384,3 +438,20 @@ def test_items_past_max_batch_elements_together_are_computed_in_several_runs(mak
     batch = status(jobs, batch_id)
     assert batch["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
     checked(jobs, batch, bodies)
+
+
+def test_a_store_from_before_the_indexes_is_indexed_once_as_it_would_have_been(make_jobs):
+    jobs = make_jobs(chunk_items=2)
+    finished = submit(jobs, file_of(BODIES[:2]))
+    drain(jobs)
+    running = submit(jobs, file_of(BODIES[:3]))
+    indexes = (keys.OPEN, keys.DUE, keys.owned("files", ""), keys.owned("batches", ""))
+    kept = {index: jobs.store.members(index) for index in indexes}
+    assert kept[keys.OPEN] == [running] and len(kept[keys.owned("files", "")]) == 4  # 2 inputs, output and errors
+    jobs.store.commit(remove=kept)  # the version before wrote no index
+    reaping.reindex(jobs)
+    assert {index: jobs.store.members(index) for index in indexes} == kept
+    jobs.store.commit(remove={keys.OPEN: [running]})
+    reaping.reindex(jobs)  # once per store
+    assert jobs.store.members(keys.OPEN) == []
+    assert {batch["id"] for batch in batches.listing(jobs, "", 10, None)["data"]} == {running, finished}

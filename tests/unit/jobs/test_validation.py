@@ -76,6 +76,17 @@ def test_a_repeated_custom_id_names_the_line_that_had_it_first(make_jobs):
                                                       "custom_id 'a' is on line 1 already."]
 
 
+def test_a_repeat_is_named_as_a_repeat_among_the_other_problems_in_line_order(make_jobs):
+    # The ids are kept as hashes and the repeats named by a second reading: a repeated line's only problem is the
+    # repeat (as when the ids were kept whole), the others keep their places, the repeats past max_job_requests
+    # are not read.
+    content = b"\n".join([ok("a"), b"[1]", request_line("a", BODY, method="GET"), request_line("c", BODY, url="/x"),
+                          ok("c"), ok("d"), ok("d")]) + b"\n"
+    assert codes(errors_of(make_jobs(limits=Limits(max_job_requests=6)), content)) == [
+        ("invalid_json_line", 2, None), ("duplicate_custom_id", 3, "custom_id"), ("mismatched_url", 4, "url"),
+        ("duplicate_custom_id", 5, "custom_id"), ("too_many_requests", 7, None)]
+
+
 def test_a_method_other_than_post_and_a_url_other_than_the_endpoint(make_jobs):
     content = b"\n".join([request_line("a", BODY, method="GET"), request_line("b", BODY, url="/v1/encoder"),
                           request_line("c", BODY, url=None), ok("d")])
