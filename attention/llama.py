@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._checks import chosen_layers
 from .checkpoint import CastableWeights
 from .decoder_blocks import grouped_causal_mask, rms_norm, rotary_angles, rotate, swiglu
 from .encoder import LayerTrace
@@ -201,7 +202,7 @@ class Llama:
         offset = 0 if cache is None else cache.length
         self._check(token_ids, lengths, cache, logits, offset)
         b, n = token_ids.shape
-        keep_weights = _layers(weights_of, self.config.n_layers, "weights_of")
+        keep_weights = chosen_layers(weights_of, self.config.n_layers, "weights_of")
         kept_heads = _kept_heads(heads, self.config.n_heads)
         if cache is not None:
             cache.reserve(offset + n)
@@ -360,7 +361,7 @@ class Llama:
         dtype = self._dtype(dtype, None)
         self._check(token_ids, None, None, logits, 0)
         n = token_ids.shape[1]
-        traced = _layers(layers, self.config.n_layers, "layers")
+        traced = chosen_layers(layers, self.config.n_layers, "layers")
         chosen = _kept_heads(heads, self.config.n_heads) or list(range(self.config.n_heads))
         x = self.embed(token_ids, dtype)                                       # (B, n, d_model)
         rotation = rotary_angles(np.arange(n), self.config.d_k, self.config.rope_base, dtype)
@@ -424,16 +425,6 @@ class Llama:
             if not isinstance(lengths, np.ndarray) or lengths.shape != (b,) or lengths.dtype.kind not in "iu" \
                     or lengths.min() < 1 or lengths.max() > n:
                 raise AttentionError("lengths", f"expected ({b},) integers in [1, {n}]")
-
-
-def _layers(layers: Collection[int] | None, n_layers: int, argument: str) -> Collection[int]:
-    """The layers chosen (None: all), each checked."""
-    if layers is None:
-        return range(n_layers)
-    chosen = frozenset(layers)
-    if any(not 0 <= layer < n_layers for layer in chosen):
-        raise AttentionError(argument, f"expected layers in [0, {n_layers}), got {sorted(chosen)}")
-    return chosen
 
 
 def _kept_heads(heads: Sequence[int] | None, n_heads: int) -> list[int] | None:
