@@ -1,0 +1,223 @@
+"""Beyond raw attention weights: attention rollout, attention flow and norm-based attention.
+
+A head's weights say where it *looks*, not what it *moves*, and a token reaches the output through every layer,
+not one. Three readings of a model correct for that:
+
+* rollout (Abnar & Zuidema 2020): chain the layers' weights, each mixed half and half with the identity (the
+  residual connection carries every token past the attention), by matrix products: how much of input token j
+  is in position i after layer l;
+* flow (same paper): the same layered graph read as pipes instead of products: the maximum flow from input
+  token j to position i of the last layer, each edge's capacity the mixed weight;
+* norms (Kobayashi et al. 2020): weigh each weight by the size of what it carries, ||alpha_ij f_h(x_j)|| with
+  f_h(x) the value vector of head h already through its rows of W_O: a head may put 0.9 of its weight on
+  [SEP] and move almost nothing.
+
+Rollout and flow need only the weights (every head of every layer); the norms need the layer's value vectors
+too, which each model computes in its forward pass (``norms_of=``: ``Bert``, ``Llama``; ``Encoder.with_norms``)
+and hands to :func:`attention_norms`. Every function keeps its input's dtype (float32 in, float32 out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from ._checks import all_finite, chosen_layers
+from .errors import AttentionError
+from .masks import zero_padding
+
+# Flow capacities are integers (scipy's solvers are exact on integers): weights times 10^6, so every flow is a
+# whole number of millionths.
+FLOW_SCALE = 10**6
+
+
+@dataclass(frozen=True)
+class AttentionNorms:
+    """One layer's norm-based attention. ``heads`` (..., h, n, n_keys): ||alpha^h_ij f_h(x_j)||, what head h moves
+    from key j into query i; ``layer`` (..., n, n_keys): ||sum_h alpha^h_ij f_h(x_j)||, what the whole layer moves
+    (the heads' vectors added before the norm: they may cancel)."""
+
+    heads: np.ndarray
+    layer: np.ndarray
+
+    def without_padding(self, keep: np.ndarray | None) -> AttentionNorms:
+        """These norms with the rows of padded queries (``keep`` (B, n) False) set to 0, in place; themselves."""
+        zero_padding(self.heads, keep, rows=True)
+        zero_padding(self.layer, keep)
+        return self
+
+
+# ---------------------------------------------------------------------------
+# The residual's share. An attention sub-layer computes x + attention(x): the token itself passes straight
+# through beside what the heads bring. Rollout and flow model that as half the heads' mean weight plus half the
+# identity, each row renormalised to sum to 1 (a row of padding, all zeros, becomes the identity's row).
+# ---------------------------------------------------------------------------
+def mixed_with_residual(weights: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """A layer's weights (..., h, n, n) -> A_hat = 0.5 mean_h(A) + 0.5 I, rows renormalised: (..., n, n).
+    ``keep`` (B, n): real positions of padded items (weights (B, h, n, n)); padded rows come out zeros."""
+    mixed = np.add.reduce(weights, axis=-3)                                  # (..., n, n): sum over heads
+    mixed *= weights.dtype.type(0.5 / weights.shape[-3])                     # half the heads' mean
+    diagonal = np.arange(mixed.shape[-1])
+    mixed[..., diagonal, diagonal] += weights.dtype.type(0.5)                 # half the identity
+    mixed /= np.add.reduce(mixed, axis=-1, keepdims=True)                    # rows sum to 1 (each >= 0.5)
+    return zero_padding(mixed, keep)
+
+
+def rollout(weights: Sequence[np.ndarray], layers: Collection[int] | None = None,
+            lengths: np.ndarray | None = None) -> list[np.ndarray | None]:
+    """Attention rollout after each chosen layer: rollout_l = A_hat_l ... A_hat_1 (:func:`mixed_with_residual`).
+
+    ``weights``: every layer's weights, in order, each (..., h, n, n) with every head (as a forward pass returns
+    them). ``layers``: whose rollout comes back (default all); each always uses every earlier layer. ``lengths``
+    (B,): each item's real tokens when the weights (B, h, n, n) are padded; padded rows are zeros.
+    Returns n_layers entries: (..., n, n) for a chosen layer, whose row i says how much of each input token is in
+    position i (a distribution: it sums to 1), None for the others. Causal weights give causal rollouts."""
+    stack = _layer_weights(weights)
+    chosen = chosen_layers(layers, len(stack), "layers")
+    keep = _kept(lengths, stack[0])
+    out: list[np.ndarray | None] = [None] * len(stack)
+    rolled = None
+    for index in range(max(chosen, default=-1) + 1):
+        mixed = mixed_with_residual(stack[index], keep)                      # (..., n, n)
+        rolled = mixed if rolled is None else mixed @ rolled                 # this layer's mix of the last one's
+        if index in chosen:
+            out[index] = rolled
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Attention flow. The layers form a graph: node (l, i) is position i after layer l (l = 0: the input tokens),
+# with an edge from (l-1, j) to (l, i) whose capacity is A_hat_l[i, j]. Where rollout multiplies along every
+# path and adds the paths up, flow asks how much can get through at once when every edge carries at most its
+# capacity: the maximum flow from (0, j) to (L, i). A last-layer node receives capacities that sum to 1, so
+# every flow lies in [0, 1]. One max-flow problem per pair: n^2 of them, each solved by scipy's compiled Dinic.
+# ---------------------------------------------------------------------------
+def flow(weights: Sequence[np.ndarray], lengths: np.ndarray | None = None) -> np.ndarray:
+    """Attention flow from every input token to every position of the last layer.
+
+    ``weights``: every layer's weights, in order, each (..., h, n, n) with every head. ``lengths`` (B,): each
+    item's real tokens when the weights (B, h, n, n) are padded (only those pairs are solved). Returns
+    (..., n, n): [i, j] the maximum flow from input token j to position i after the last layer, in [0, 1]; the
+    capacities are A_hat in whole millionths (each within 1e-6), so a flow is within 1e-6 per edge of its min
+    cut; 0 wherever no path leads (j > i under a causal mask, padding). Cost: one call of
+    ``scipy.sparse.csgraph.maximum_flow`` per pair with a path (n^2, n (n + 1) / 2 causal), each O(L n^2)."""
+    stack = _layer_weights(weights)
+    keep = _kept(lengths, stack[0])
+    mixed = np.stack([mixed_with_residual(w, keep) for w in stack], axis=-3)  # (..., L, n, n)
+    n = mixed.shape[-1]
+    items = mixed.reshape(-1, *mixed.shape[-3:])                             # (items, L, n, n)
+    out = np.zeros((len(items), n, n), mixed.dtype)
+    for item, layered in enumerate(items):
+        real = n if lengths is None else int(lengths[item])
+        out[item, :real, :real] = _item_flow(layered[:, :real, :real].astype(np.float64))
+    return out.reshape(*mixed.shape[:-3], n, n)
+
+
+def _item_flow(mixed: np.ndarray) -> np.ndarray:
+    """One item's A_hat (L, n, n) float64 -> its flows (n, n) float64."""
+    from scipy.sparse.csgraph import maximum_flow  # ~70 ms to import: paid by the first flow, not by every process
+
+    capacities = _capacities(mixed)                                          # (L, n, n) int32
+    graph = _layered_graph(capacities)
+    last_layer = capacities.shape[0] * capacities.shape[1]                   # node id of (L, 0)
+    out = np.zeros(capacities.shape[1:])                                     # (n, n)
+    for i, j in zip(*np.nonzero(_reachable(capacities)), strict=True):      # no path, no flow: no solve
+        out[i, j] = maximum_flow(graph, int(j), last_layer + int(i)).flow_value
+    return out / FLOW_SCALE
+
+
+def _capacities(mixed: np.ndarray) -> np.ndarray:
+    """A_hat (L, n, n) -> integer capacities in millionths (L, n, n) int32, each within one unit of its exact
+    value and every row summing to exactly FLOW_SCALE, so no flow passes 1: each rounded down, then the units a
+    row is short go to its largest remainders (never to a zero: a masked weight stays closed)."""
+    scaled = mixed / np.add.reduce(mixed, axis=-1, keepdims=True) * FLOW_SCALE  # rows again, now in float64
+    down = np.floor(scaled)
+    short = np.rint(FLOW_SCALE - np.add.reduce(down, axis=-1, keepdims=True))  # (L, n, 1) units missing a row
+    rank = np.argsort(np.argsort(down - scaled, axis=-1), axis=-1)           # 0 for a row's largest remainder
+    return (down + ((rank < short) & (scaled > down))).astype(np.int32)
+
+
+def _layered_graph(capacities: np.ndarray) -> sparse.csr_array:
+    """Capacities (L, n, n) -> the graph over (L + 1) n nodes, node l n + p for position p after layer l: an edge
+    (l-1, j) -> (l, i) of capacity capacities[l-1, i, j] where it is not 0, in the CSR layout scipy solves on."""
+    n_layers, n, _ = capacities.shape
+    layer, i, j = np.nonzero(capacities)
+    nodes = (n_layers + 1) * n
+    graph = sparse.csr_array((capacities[layer, i, j], (layer * n + j, (layer + 1) * n + i)), shape=(nodes, nodes))
+    graph.sort_indices()                                                     # once here, not in every solve
+    return graph
+
+
+def _reachable(capacities: np.ndarray) -> np.ndarray:
+    """(n, n) bool: whether some path of open edges leads from input token j to last-layer position i."""
+    reach = np.eye(capacities.shape[-1], dtype=np.float32)
+    for layer in capacities:
+        reach = np.minimum((layer > 0).astype(np.float32) @ reach, 1)        # counts capped: no overflow
+    return reach > 0
+
+
+# ---------------------------------------------------------------------------
+# Norm-based attention. A head hands query i the sum over keys j of alpha_ij v_j; W_O then maps it into the
+# model's space. Because W_O is linear, the head's part of the layer's output splits exactly into one vector
+# per key: alpha_ij f_h(x_j), with f_h(x_j) = v^h_j W_O[h's rows]. Its norm is what key j really contributes.
+# ---------------------------------------------------------------------------
+def transformed_values(values: np.ndarray, w_o: np.ndarray) -> np.ndarray:
+    """f_h(x_j) = v^h_j W_O[h's rows] for every head and key: values (..., h_kv, n_keys, d_k), w_o (h d_k, d_model)
+    with the heads' rows in order -> (..., h, n_keys, d_model). With grouped-query attention (h_kv < h) query head
+    h reads value head h // (h / h_kv): each value head meets its group's rows of W_O by broadcasting, not copied."""
+    *lead, h_kv, n_keys, d_k = values.shape
+    group = w_o.shape[0] // (h_kv * d_k)
+    per_head = w_o.reshape(h_kv, group, d_k, w_o.shape[1])                   # (h_kv, group, d_k, d_model)
+    out = values[..., :, None, :, :] @ per_head                             # (..., h_kv, group, n_keys, d_model)
+    return out.reshape(*lead, h_kv * group, n_keys, w_o.shape[1])
+
+
+def attention_norms(weights: np.ndarray, values: np.ndarray, w_o: np.ndarray) -> AttentionNorms:
+    """Norm-based attention of one layer: weights (..., h, n, n_keys) of every head, values (..., h_kv, n_keys, d_k)
+    (x W_V + b_V, x the attention's input; h_kv divides h) and w_o (h d_k, d_model) -> :class:`AttentionNorms`.
+
+    Key j's h vectors f_h(x_j) span at most h of the d_model dimensions: written as Q R (QR, Q's columns
+    orthonormal, R (h, h)), any mix of them has the norm of the same mix of R's columns, ||sum_h a_h f_h|| =
+    ||R a||. So the layer's norms take n_keys small QRs and (h, h) products, never the (n, n_keys, d_model) sums
+    themselves, and lose nothing to cancelling heads (no squares subtracted)."""
+    transformed = transformed_values(values, w_o)                           # (..., h, n_keys, d_model)
+    r = np.linalg.qr(np.moveaxis(transformed, -3, -1), mode="r")             # (..., n_keys, h, h)
+    sizes = np.linalg.norm(r, axis=-2)                                       # (..., n_keys, h): ||f_h(x_j)||
+    heads = weights * np.swapaxes(sizes, -1, -2)[..., None, :]               # (..., h, n, n_keys)
+    mixed = r @ np.moveaxis(weights, -1, -3)                                 # (..., n_keys, h, n): R alpha_.ij
+    layer = np.sqrt(np.vecdot(mixed, mixed, axis=-2))                        # (..., n_keys, n)
+    return AttentionNorms(heads, np.ascontiguousarray(np.swapaxes(layer, -1, -2)))  # (..., n, n_keys)
+
+
+# ---------------------------------------------------------------------------
+# arguments
+# ---------------------------------------------------------------------------
+def _layer_weights(weights: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """Every layer's weights, checked: one shape (..., h, n, n), float32 or float64, finite."""
+    stack = list(weights)
+    if not stack or any(w is None for w in stack):
+        raise AttentionError("weights", "expected every layer's weights, in order (a forward pass with all of them)")
+    first = stack[0]
+    for w in stack:
+        if not isinstance(w, np.ndarray) or w.dtype not in (np.float32, np.float64) or w.ndim < 3 \
+                or w.shape != first.shape or w.dtype != first.dtype or w.shape[-1] != w.shape[-2]:
+            raise AttentionError("weights", f"expected float32 or float64 arrays of one shape (..., h, n, n), got "
+                                            f"{getattr(w, 'dtype', type(w).__name__)} {getattr(w, 'shape', '')}")
+        if not all_finite(w):
+            raise AttentionError("weights", "values must be finite")
+    return stack
+
+
+def _kept(lengths: np.ndarray | None, weights: np.ndarray) -> np.ndarray | None:
+    """(B, n) real positions of padded items whose weights are (B, h, n, n); None without lengths."""
+    if lengths is None:
+        return None
+    b, n = weights.shape[0], weights.shape[-1]
+    if weights.ndim != 4 or not isinstance(lengths, np.ndarray) or lengths.shape != (b,) \
+            or lengths.dtype.kind not in "iu" or lengths.min() < 1 or lengths.max() > n:
+        raise AttentionError("lengths", f"expected ({b},) integers in [1, {n}] for weights (B, h, n, n), got "
+                                        f"{getattr(lengths, 'shape', lengths)} for {weights.shape}")
+    return np.arange(n) < lengths[:, None]
