@@ -57,7 +57,7 @@ class AttentionNorms:
 # ---------------------------------------------------------------------------
 # The residual's share. An attention sub-layer computes x + attention(x): the token itself passes straight
 # through beside what the heads bring. Rollout and flow model that as half the heads' mean weight plus half the
-# identity, each row renormalised to sum to 1 (a row of padding, all zeros, becomes the identity's row).
+# identity, each row renormalised to sum to 1 (a query whose every key is masked, a row of zeros, keeps itself).
 # ---------------------------------------------------------------------------
 def mixed_with_residual(weights: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
     """A layer's weights (..., h, n, n) -> A_hat = 0.5 mean_h(A) + 0.5 I, rows renormalised: (..., n, n).
@@ -66,7 +66,7 @@ def mixed_with_residual(weights: np.ndarray, keep: np.ndarray | None = None) -> 
     mixed *= weights.dtype.type(0.5 / weights.shape[-3])                     # half the heads' mean
     diagonal = np.arange(mixed.shape[-1])
     mixed[..., diagonal, diagonal] += weights.dtype.type(0.5)                 # half the identity
-    mixed /= np.add.reduce(mixed, axis=-1, keepdims=True)                    # rows sum to 1 (each >= 0.5)
+    mixed /= np.add.reduce(mixed, axis=-1, keepdims=True)                    # rows sum to 1 (sums were >= 0.5)
     return zero_padding(mixed, keep)
 
 
