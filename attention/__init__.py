@@ -5,17 +5,19 @@ script's random weights, sinusoidal positional encoding, causal and padding mask
 toy vocabulary, an encoder block and stack, and the seed's five demos as data; a trained
 BERT-family encoder read from a Hugging Face folder (``bert``, ``pretrained``), and a trained Llama-family
 decoder read from a GGUF file (``llama``, ``gguf_model``, ``byte_bpe``: RMSNorm, rotary positions, grouped-query
-attention, SwiGLU and a key/value cache in ``decoder_blocks``), both on the same attention kernel.
+attention, SwiGLU and a key/value cache in ``decoder_blocks``), both on the same attention kernel; and readings of
+any of them beyond raw weights (``analyses``: attention rollout, attention flow, norm-based attention).
 The layers and attention functions take leading batch axes; float32 in means float32
 throughout, other real inputs are computed in float64.
 No training, no web code: the HTTP service imports this, never the other way round.
 """
 
+from .analyses import AttentionNorms, attention_norms, flow, mixed_with_residual, rollout, transformed_values
 from .bert import Bert, BertOutput, BertTrace
 from .byte_bpe import ByteBPE, TokenizedText
 from .checkpoint import BertConfig
 from .demos import DEMOS, Demo
-from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, layer_norm
+from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, EncoderOutput, layer_norm
 from .errors import AttentionError, UnknownTokenError
 from .functional import AttentionTrace, scaled_dot_product_attention, softmax, trace_attention
 from .gguf_model import Decoder, ModelFileError, load_gguf, packaged_gguf, trim_heap
@@ -37,11 +39,12 @@ from .pretrained import Encoded, ModelFolderError, Pretrained, WordPieces, load_
 from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
 
 __all__ = [
-    "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionTrace", "Bert", "BertConfig", "BertOutput",
-    "BertTrace", "ByteBPE", "Decoder", "DecoderLayerTrace", "DecoderLayerWeights", "DecoderOutput", "DecoderTrace",
-    "Demo", "Encoded", "Encoder", "EncoderBlock", "EncoderLayerTrace", "KVCache", "Llama", "LlamaConfig",
-    "ModelFileError", "ModelFolderError", "MultiHeadAttention", "Pretrained", "SelfAttention", "StepOutput",
-    "TokenizedText", "UnknownTokenError", "WordPieces",
-    "causal_mask", "embed", "is_per_head", "layer_norm", "load_folder", "load_gguf", "packaged_gguf", "padding_mask",
-    "positional_encoding", "scaled_dot_product_attention", "softmax", "trace_attention", "trim_heap",
+    "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionNorms", "AttentionTrace", "Bert", "BertConfig",
+    "BertOutput", "BertTrace", "ByteBPE", "Decoder", "DecoderLayerTrace", "DecoderLayerWeights", "DecoderOutput",
+    "DecoderTrace", "Demo", "Encoded", "Encoder", "EncoderBlock", "EncoderLayerTrace", "EncoderOutput", "KVCache",
+    "Llama", "LlamaConfig", "ModelFileError", "ModelFolderError", "MultiHeadAttention", "Pretrained", "SelfAttention",
+    "StepOutput", "TokenizedText", "UnknownTokenError", "WordPieces",
+    "attention_norms", "causal_mask", "embed", "flow", "is_per_head", "layer_norm", "load_folder", "load_gguf",
+    "mixed_with_residual", "packaged_gguf", "padding_mask", "positional_encoding", "rollout",
+    "scaled_dot_product_attention", "softmax", "trace_attention", "transformed_values", "trim_heap",
 ]

@@ -8,6 +8,7 @@ naming the argument when a rank, a dimension or a value is wrong.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Collection
 
 import numpy as np
 
@@ -115,3 +116,13 @@ def check_shape(array: np.ndarray, name: str, expected: tuple[int, ...], meaning
     """Raise unless ``array.shape == expected``; ``meaning`` spells the axes, e.g. '(d_model, d_k)'."""
     if array.shape != tuple(expected):
         raise AttentionError(name, f"expected shape {meaning} = {tuple(expected)}, got {array.shape}")
+
+
+def chosen_layers(layers: Collection[int] | None, n_layers: int, argument: str) -> Collection[int]:
+    """The layers chosen (None: all), each checked: AttentionError naming ``argument`` for one outside the model."""
+    if layers is None:
+        return range(n_layers)
+    chosen = frozenset(layers)
+    if any(not 0 <= layer < n_layers for layer in chosen):
+        raise AttentionError(argument, f"expected layers in [0, {n_layers}), got {sorted(chosen)}")
+    return chosen

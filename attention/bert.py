@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._checks import chosen_layers
+from .analyses import AttentionNorms, attention_norms
 from .blocks import gelu, learned_layer_norm, linear
 from .checkpoint import BertConfig, LayerWeights, frozen, norm
 from .encoder import EncoderLayerTrace
@@ -33,12 +35,15 @@ from .masks import padding_mask, zero_padding
 class BertOutput:
     """``output`` (B, n, d_model), the last hidden state; ``weights``: per layer (B, h, n, n) (None for a layer
     not asked for), or None;
-    ``hidden_states``: the embeddings and every layer's output, n_layers + 1 arrays (B, n, d_model), or None.
+    ``hidden_states``: the embeddings and every layer's output, n_layers + 1 arrays (B, n, d_model), or None;
+    ``norms``: per layer its norm-based attention (``AttentionNorms``: heads (B, h, n, n), layer (B, n, n)), None
+    for a layer not asked for, or None.
     Padded positions (past an item's length) are zeros in every array, as padded query rows of the weights."""
 
     output: np.ndarray
     weights: list[np.ndarray] | None
     hidden_states: list[np.ndarray] | None
+    norms: list[AttentionNorms | None] | None = None
 
 
 class Bert:
@@ -86,11 +91,13 @@ class Bert:
     def __call__(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None,
                  lengths: np.ndarray | None = None, *, dtype: type = np.float32, return_weights: bool = True,
                  weights_of: Collection[int] | None = None, heads: Sequence[int] | None = None,
-                 hidden_states: bool = False) -> BertOutput:
+                 hidden_states: bool = False, norms_of: Collection[int] = ()) -> BertOutput:
         """token_ids (B, n) -> :class:`BertOutput`. ``token_type_ids`` (B, n): zeros when None. ``lengths``
         (B,): the real tokens of each item, the rest padding (keys it never attends to); None: all real.
         ``weights_of``: the layers whose weights are kept (default all; the others' are None, never stored);
-        ``heads``: the heads whose weights are kept, in that order (default all): (B, h_sel, n, n) a layer."""
+        ``heads``: the heads whose weights are kept, in that order (default all): (B, h_sel, n, n) a layer.
+        ``norms_of``: the layers whose norm-based attention is computed in passing, of every head (default none:
+        ``norms`` is None; None: every layer)."""
         dtype = np.dtype(dtype)
         types = np.zeros_like(token_ids) if token_type_ids is None else token_type_ids
         x = self.embed(token_ids, types, dtype)                                # (B, n, d_model)
@@ -98,27 +105,43 @@ class Bert:
         mask = None if lengths is None else GroupMask(padding_mask(lengths, n)[:, None], (b, self.config.n_heads))
         states, weights = [x], []
         keep_weights = range(len(self.layers)) if weights_of is None else frozenset(weights_of)
+        keep_norms = chosen_layers(norms_of, len(self.layers), "norms_of")
         kept_heads = None if heads is None or list(heads) == list(range(self.config.n_heads)) else list(heads)
         h_kept = self.config.n_heads if kept_heads is None else len(kept_heads)
+        norms = []
         for i, layer in enumerate(self.layers):
             kept = return_weights and i in keep_weights
             w = np.empty((b * h_kept, n, n), dtype) if kept else None              # (B*h_sel, n, n)
-            x = self._layer(layer.cast(dtype), x, mask, w, kept_heads)
+            x, layer_norms = self._layer(layer.cast(dtype), x, mask, w, kept_heads, i in keep_norms)
             states.append(x)
             weights.append(w)
+            norms.append(layer_norms)
         keep = None if lengths is None else padding_mask(lengths, n)[:, 0, :]  # (B, n): real positions
         return BertOutput(
             zero_padding(x, keep),
             [None if w is None else zero_padding(w.reshape(b, -1, n, n), keep, rows=True) for w in weights]
             if return_weights else None,
-            [zero_padding(s, keep) for s in states] if hidden_states else None)
+            [zero_padding(s, keep) for s in states] if hidden_states else None,
+            [None if m is None else m.without_padding(keep) for m in norms] if keep_norms else None)
 
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it
     def _layer(self, layer: LayerWeights, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
-               heads: list[int] | None = None) -> np.ndarray:
+               heads: list[int] | None = None, norms: bool = False) -> tuple[np.ndarray, AttentionNorms | None]:
         """One encoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B*h_sel, n, n) filled with those
-        of ``heads`` (None: all) if given."""
-        return self._after_attention(layer, x, self._attend(layer, x, mask, weights, heads))[-1]
+        of ``heads`` (None: all) if given; with ``norms``, the layer's norm-based attention too (else None)."""
+        if not norms:
+            return self._after_attention(layer, x, self._attend(layer, x, mask, weights, heads))[-1], None
+        b, n, _ = x.shape
+        h = self.config.n_heads
+        all_kept = weights is not None and heads is None                       # the kept weights are every head's
+        every = weights if all_kept else np.empty((b * h, n, n), x.dtype)      # (B*h, n, n)
+        projected = self._project(layer, x)                                    # each (B*h, n, d_k)
+        attended = self._attend(layer, x, mask, every, None, projected)       # every head's weights: the norms'
+        every = every.reshape(b, h, n, n)
+        if weights is not None and not all_kept:
+            weights.reshape(b, -1, n, n)[...] = every[:, heads]                 # the kept heads, as without norms
+        values = projected[2].reshape(b, h, n, self.config.d_k)                # (B, h, n, d_k): x W_V + b_V
+        return self._after_attention(layer, x, attended)[-1], attention_norms(every, values, layer.w_o)
 
     def _attend(self, layer: LayerWeights, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,
                 heads: list[int] | None, projected: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
@@ -183,7 +206,7 @@ class Bert:
                 traces[i] = self._trace_layer(layer.cast(dtype), x, chosen)
                 x = traces[i].output
             else:
-                x = self._layer(layer.cast(dtype), x, None, None)
+                x = self._layer(layer.cast(dtype), x, None, None)[0]
             states.append(x)
         return BertTrace(x, traces, states)
 

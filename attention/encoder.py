@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike
 
 from ._checks import as_real_array, in_working_dtype, positive_int, seed_int
 from ._memo import ByteBudgetMemo
+from .analyses import AttentionNorms
 from .errors import AttentionError
 from .functional import Attended, AttentionTrace
 from .layers import CastCache, _input
@@ -109,6 +110,13 @@ class EncoderBlock:
         attended, weights = self.attention(X, mask, causal=causal, return_weights=return_weights)
         return self._after_attention(X, attended)[-1], weights
 
+    def with_norms(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, AttentionNorms]:
+        """:meth:`__call__` with the weights' norm-based attention: (output (..., n, d_model), weights (..., h, n, n),
+        norms: heads (..., h, n, n), layer (..., n, n))."""
+        attended, weights = self.attention(X, mask, causal=causal)
+        return self._after_attention(X, attended)[-1], weights, self.attention.norms(X, weights)
+
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> EncoderLayerTrace:
         """Every stage of the block for X (..., n, d_model): attention (per head), both add & norms, FFN."""
         stages = self.attention.trace(X, mask, causal=causal)
@@ -164,6 +172,15 @@ class Encoder:
             per_layer.append(weights)
         return x, per_layer
 
+    def with_norms(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> EncoderOutput:
+        """:meth:`__call__` keeping every layer's weights and their norm-based attention: :class:`EncoderOutput`."""
+        x, weights, norms = X, [], []
+        for block in self.blocks:
+            x, layer_weights, layer_norms = block.with_norms(x, mask, causal=causal)
+            weights.append(layer_weights)
+            norms.append(layer_norms)
+        return EncoderOutput(x, weights, norms)
+
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> list[EncoderLayerTrace]:
         """Every stage of every layer, in order; the last layer's ``output`` is the encoder's."""
         x, layers = X, []
@@ -171,3 +188,13 @@ class Encoder:
             layers.append(block.trace(x, mask, causal=causal))
             x = layers[-1].output
         return layers
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """``output`` (..., n, d_model); per layer its ``weights`` (..., h, n, n) and ``norms``, its norm-based attention
+    (``AttentionNorms``: heads (..., h, n, n), layer (..., n, n))."""
+
+    output: np.ndarray
+    weights: list[np.ndarray]
+    norms: list[AttentionNorms]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._checks import chosen_layers
+from .analyses import AttentionNorms, attention_norms
 from .checkpoint import CastableWeights
 from .decoder_blocks import grouped_causal_mask, rms_norm, rotary_angles, rotate, swiglu
 from .encoder import LayerTrace
@@ -112,12 +114,15 @@ class DecoderOutput:
     head reads); ``weights``: per layer (B, h_sel, n, n_keys) (None for a layer not asked for), or None, n_keys
     counting the cached positions before the n new ones; ``hidden_states``: n_layers + 1 arrays (B, n, d_model),
     the embeddings, each layer's output, and last the final RMSNorm of the last layer's (as transformers gives
-    them), or None. Padded positions (past an item's length) are zeros in every array, rows of weights included."""
+    them), or None; ``norms``: per layer its norm-based attention (``AttentionNorms``: heads (B, h, n, n_keys),
+    layer (B, n, n_keys)), None for a layer not asked for, or None. Padded positions (past an item's length) are
+    zeros in every array, rows of weights included."""
 
     logits: np.ndarray | None
     output: np.ndarray
     weights: list[np.ndarray | None] | None
     hidden_states: list[np.ndarray] | None
+    norms: list[AttentionNorms | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -185,8 +190,8 @@ class Llama:
 
     def __call__(self, token_ids: np.ndarray, lengths: np.ndarray | None = None, *, cache: KVCache | None = None,
                  dtype: type | None = None, return_weights: bool = True, weights_of: Collection[int] | None = None,
-                 heads: Sequence[int] | None = None, hidden_states: bool = False,
-                 logits: str | None = "last") -> DecoderOutput:
+                 heads: Sequence[int] | None = None, hidden_states: bool = False, logits: str | None = "last",
+                 norms_of: Collection[int] = ()) -> DecoderOutput:
         """token_ids (B, n) -> :class:`DecoderOutput`.
 
         ``lengths`` (B,): each item's real tokens, the rest right padding (never attended to by a real token,
@@ -195,31 +200,36 @@ class Llama:
         float64, the cache's when one is given. ``weights_of``: the layers whose attention weights are kept
         (default all; the others' are None, never stored); ``heads``: the heads kept, in that order (default
         all): (B, h_sel, n, n_keys) a layer. ``logits``: "last" (default) at each item's last real position,
-        "all", or None (skips the output head).
+        "all", or None (skips the output head). ``norms_of``: the layers whose norm-based attention is computed in
+        passing, of every head (default none: ``norms`` is None; None: every layer).
         """
         dtype = self._dtype(dtype, cache)
         offset = 0 if cache is None else cache.length
         self._check(token_ids, lengths, cache, logits, offset)
         b, n = token_ids.shape
-        keep_weights = _layers(weights_of, self.config.n_layers, "weights_of")
+        keep_weights = chosen_layers(weights_of, self.config.n_layers, "weights_of")
+        keep_norms = chosen_layers(norms_of, self.config.n_layers, "norms_of")
         kept_heads = _kept_heads(heads, self.config.n_heads)
         if cache is not None:
             cache.reserve(offset + n)
         x = self.embed(token_ids, dtype)                                       # (B, n, d_model)
         rotation = rotary_angles(np.arange(offset, offset + n), self.config.d_k, self.config.rope_base, dtype)
         mask = grouped_causal_mask(n, offset, self.config.group)
-        states, weights, scratch = [x], [], None        # scratch: every head's weights, when some are kept
+        states, weights, norms = [x], [], []
+        scratch = None                                  # every head's weights, when they are not all returned
         for i, layer in enumerate(self.layers):
-            w = None
-            if return_weights and i in keep_weights:
+            kept, w = return_weights and i in keep_weights, None
+            if kept or i in keep_norms:
                 shape = (b, self.config.n_heads, n, offset + n)                # (B, h, n, n_keys)
-                if kept_heads is None:
+                if kept and kept_heads is None:
                     w = np.empty(shape, dtype)
                 else:
                     w = scratch = np.empty(shape, dtype) if scratch is None else scratch
-            x = self._layer(layer.cast(dtype), x, rotation, mask, _kv(cache, i, offset), w)
+            x, layer_norms = self._layer(layer.cast(dtype), x, rotation, mask, _kv(cache, i, offset), w,
+                                         i in keep_norms)
             states.append(x)
-            weights.append(w if w is None or kept_heads is None else w[:, kept_heads])
+            weights.append(None if not kept else w if kept_heads is None else w[:, kept_heads])
+            norms.append(layer_norms)
         if cache is not None:
             cache.length = offset + n
         keep = None if lengths is None else np.arange(n) < lengths[:, None]    # (B, n): real positions
@@ -229,7 +239,8 @@ class Llama:
             self._logits(final, lengths, logits),                             # padded rows: final's zeros
             final,
             [None if w is None else zero_padding(w, keep, rows=True) for w in weights] if return_weights else None,
-            [zero_padding(s, keep) for s in states[:-1]] + [final] if hidden_states else None)
+            [zero_padding(s, keep) for s in states[:-1]] + [final] if hidden_states else None,
+            [None if m is None else m.without_padding(keep) for m in norms] if keep_norms else None)
 
     def prefill(self, token_ids: np.ndarray, *, dtype: type = np.float32, capacity: int | None = None,
                 return_weights: bool = False, **options) -> tuple[KVCache, DecoderOutput]:
@@ -289,11 +300,14 @@ class Llama:
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next RMSNorm, which refuses it
     def _layer(self, layer: DecoderLayerWeights, x: np.ndarray, rotation: tuple[np.ndarray, np.ndarray],
                mask: np.ndarray | None, kv: tuple[np.ndarray, np.ndarray] | None,
-               weights: np.ndarray | None) -> np.ndarray:
-        """One decoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B, h, n, n_keys) filled if given."""
+               weights: np.ndarray | None, norms: bool = False) -> tuple[np.ndarray, AttentionNorms | None]:
+        """One decoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B, h, n, n_keys) filled if given;
+        with ``norms`` (and ``weights``), the layer's norm-based attention too (else None), from the value heads
+        each group of query heads shares (the RMSNorm's output times W_V, no bias)."""
         q, k, v = self._project(layer, x, rotation)
-        heads = self._attend(q, *_with_past(k, v, kv), mask, weights)
-        return self._after_attention(layer, x, heads)[-1]
+        k, v = _with_past(k, v, kv)                                            # each (B, h_kv, n_keys, d_k)
+        heads = self._attend(q, k, v, mask, weights)
+        return self._after_attention(layer, x, heads)[-1], attention_norms(weights, v, layer.w_o) if norms else None
 
     def _project(self, layer: DecoderLayerWeights, x: np.ndarray, rotation: tuple[np.ndarray, np.ndarray]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -360,7 +374,7 @@ class Llama:
         dtype = self._dtype(dtype, None)
         self._check(token_ids, None, None, logits, 0)
         n = token_ids.shape[1]
-        traced = _layers(layers, self.config.n_layers, "layers")
+        traced = chosen_layers(layers, self.config.n_layers, "layers")
         chosen = _kept_heads(heads, self.config.n_heads) or list(range(self.config.n_heads))
         x = self.embed(token_ids, dtype)                                       # (B, n, d_model)
         rotation = rotary_angles(np.arange(n), self.config.d_k, self.config.rope_base, dtype)
@@ -371,7 +385,7 @@ class Llama:
                 traces[i] = self._trace_layer(layer.cast(dtype), x, rotation, mask, chosen)
                 x = traces[i].output
             else:
-                x = self._layer(layer.cast(dtype), x, rotation, mask, None, None)
+                x = self._layer(layer.cast(dtype), x, rotation, mask, None, None)[0]
             states.append(x)
         states[-1] = rms_norm(x, self.final_norm.astype(dtype, copy=False), self.config.rms_norm_eps)
         return DecoderTrace(self._logits(states[-1], None, logits), states[-1], traces, states)
@@ -424,16 +438,6 @@ class Llama:
             if not isinstance(lengths, np.ndarray) or lengths.shape != (b,) or lengths.dtype.kind not in "iu" \
                     or lengths.min() < 1 or lengths.max() > n:
                 raise AttentionError("lengths", f"expected ({b},) integers in [1, {n}]")
-
-
-def _layers(layers: Collection[int] | None, n_layers: int, argument: str) -> Collection[int]:
-    """The layers chosen (None: all), each checked."""
-    if layers is None:
-        return range(n_layers)
-    chosen = frozenset(layers)
-    if any(not 0 <= layer < n_layers for layer in chosen):
-        raise AttentionError(argument, f"expected layers in [0, {n_layers}), got {sorted(chosen)}")
-    return chosen
 
 
 def _kept_heads(heads: Sequence[int] | None, n_heads: int) -> list[int] | None:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import positive_int, seed_int
+from ._checks import check_shape, positive_int, seed_int
 from ._memo import ByteBudgetMemo
+from .analyses import AttentionNorms, attention_norms
 from .errors import AttentionError
 from .functional import Attended, AttentionTrace, default_scale, require_finite, trace_attention
 from .kernel import GroupMask, attend_groups
@@ -179,6 +180,19 @@ class MultiHeadAttention:
                 self._heads(items[chunk], _items_of(mask, lead, chunk), causal,
                             None if weights is None else weights[heads], out=concatenated[chunk])
         return self._mix(concatenated)
+
+    def norms(self, X: ArrayLike, weights: np.ndarray) -> AttentionNorms:
+        """Norm-based attention: the ``weights`` (..., h, n, n) this layer gave X (..., n, d_model), each weighed by
+        the size of what it moves, f_h(x_j) = x_j W_V^h W_O[h's rows] (no bias). The value vectors are computed
+        again from X: one (n, d_model) @ (d_model, d_model) product."""
+        x = _input(X, "X", self.d_model)
+        check_shape(weights, "weights", (*x.shape[:-2], self.n_heads, x.shape[-2], x.shape[-2]), "(..., h, n, n)")
+        cast = self._cast[x.dtype]
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = x[..., None, :, :] @ cast["w_qkv"][2, 0]                   # (..., h, n, d_k)
+            norms = attention_norms(weights.astype(x.dtype, copy=False), values, cast["w_o"])
+        require_finite(norms.layer, "X")
+        return norms
 
     def trace(self, X: ArrayLike, mask: ArrayLike | None = None, *, causal: bool = False) -> AttentionTrace:
         """Every stage per head (..., h, n, *), with q, k, v per head; output is after W_o."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from threadpoolctl import threadpool_limits
 
 from attention import AttentionError, Decoder, LlamaConfig
 from tests.unit.engine.llama_reference import float64_reference, max_relative, run_transformers
@@ -48,16 +47,7 @@ BOUNDS = {np.float32: {"logits": 1e-3, "weights": 1e-4, "hidden": 1e-5},
           np.float64: {"logits": 1e-9, "weights": 1e-11, "hidden": 1e-11}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread_each():
-    """numpy's OpenBLAS and torch on one thread each, as the service and the benchmarks run them: on this 2-core
-    machine two spinning pools made the module several times slower (the cached decoding test: 11.5 s with two
-    BLAS threads, 2.4 s with one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread_each")
 
 
 def ids_of(model: Decoder, prompt: str | list[dict]) -> np.ndarray:
