@@ -81,9 +81,11 @@ def test_errors_over_real_http(server):
 
 
 def test_a_worker_gives_back_what_a_large_answer_took():
-    """A ~100 MB answer (encoder traces) left its worker at ~200-270 MB: the freed blocks below live ones stayed.
-    After such an answer malloc_trim returns them, all but the kept top: ~130-160 MB. (A single request's
-    answer is bounded by max_output_elements far below that: a batch of two largest traces makes it.)"""
+    """A ~100 MB answer (encoder traces) grew its worker by ~135 MB: the freed blocks below live ones stayed.
+    After such an answer malloc_trim returns them, all but the kept top (GUNICORN_MALLOC_KEEP_MB, 64 MiB): it
+    grows by ~90 MB. Growth, not the total, is asserted: the idle worker's size moves with imports and machine.
+    (A single request's answer is bounded by max_output_elements far below that: a batch of two largest traces
+    makes it.)"""
     words = (["the", "cat", "ate", "food", "it"] * 100)[:480]
     trace = {"tokens": words, "d_model": 512, "n_heads": 1, "n_layers": 1, "d_ff": 512, "trace": True,
              "return_weights": False}  # d_ff 512: the budget counts its hidden layer, the answer has none of it
@@ -95,7 +97,8 @@ def test_a_worker_gives_back_what_a_large_answer_took():
         assert response.status_code == 200 and len(response.content) > 90 << 20  # 97.6 MiB
         assert all(item["status"] == 200 for item in response.json()["responses"])
         after = instance.rss_kib()
-    assert max(after.values()) < 160 * 1024, (before, after)  # measured: 135 MB; without the trim 178 MB
+    growth = max(after[pid] - before[pid] for pid in before)
+    assert growth < (64 + 48) * 1024, (before, after)  # measured: 89-94 MiB; without the trim 136 MiB
 
 
 def test_a_metrics_directory_the_operator_names_is_emptied_of_metrics_files_never_removed(tmp_path):
