@@ -6,7 +6,9 @@ toy vocabulary, an encoder block and stack, and the seed's five demos as data; a
 BERT-family encoder read from a Hugging Face folder (``bert``, ``pretrained``), and a trained Llama-family
 decoder read from a GGUF file (``llama``, ``gguf_model``, ``byte_bpe``: RMSNorm, rotary positions, grouped-query
 attention, SwiGLU and a key/value cache in ``decoder_blocks``), both on the same attention kernel; and readings of
-any of them beyond raw weights (``analyses``: attention rollout, attention flow, norm-based attention).
+any of them beyond raw weights (``analyses``: attention rollout, attention flow, norm-based attention); and
+generation with the decoder, every step open (``generation``, ``sampling``: greedy or seeded sampling after
+temperature, top-k and top-p; each new token's attention row and logit lens).
 The layers and attention functions take leading batch axes; float32 in means float32
 throughout, other real inputs are computed in float64.
 No training, no web code: the HTTP service imports this, never the other way round.
@@ -20,6 +22,7 @@ from .demos import DEMOS, Demo
 from .encoder import Encoder, EncoderBlock, EncoderLayerTrace, EncoderOutput, layer_norm
 from .errors import AttentionError, UnknownTokenError
 from .functional import AttentionTrace, scaled_dot_product_attention, softmax, trace_attention
+from .generation import Generation, GenerationOptions, Step, TextSoFar
 from .gguf_model import Decoder, ModelFileError, load_gguf, packaged_gguf, trim_heap
 from .layers import SelfAttention
 from .llama import (
@@ -36,14 +39,16 @@ from .masks import causal_mask, is_per_head, padding_mask
 from .multihead import MultiHeadAttention
 from .positional import positional_encoding
 from .pretrained import Encoded, ModelFolderError, Pretrained, WordPieces, load_folder
+from .sampling import Choice, Sampler, Sampling
 from .vocabulary import DIMENSIONS, EMBEDDINGS, embed
 
 __all__ = [
     "DEMOS", "DIMENSIONS", "EMBEDDINGS", "AttentionError", "AttentionNorms", "AttentionTrace", "Bert", "BertConfig",
-    "BertOutput", "BertTrace", "ByteBPE", "Decoder", "DecoderLayerTrace", "DecoderLayerWeights", "DecoderOutput",
-    "DecoderTrace", "Demo", "Encoded", "Encoder", "EncoderBlock", "EncoderLayerTrace", "EncoderOutput", "KVCache",
-    "Llama", "LlamaConfig", "ModelFileError", "ModelFolderError", "MultiHeadAttention", "Pretrained", "SelfAttention",
-    "StepOutput", "TokenizedText", "UnknownTokenError", "WordPieces",
+    "BertOutput", "BertTrace", "ByteBPE", "Choice", "Decoder", "DecoderLayerTrace", "DecoderLayerWeights",
+    "DecoderOutput", "DecoderTrace", "Demo", "Encoded", "Encoder", "EncoderBlock", "EncoderLayerTrace",
+    "EncoderOutput", "Generation", "GenerationOptions", "KVCache", "Llama", "LlamaConfig", "ModelFileError",
+    "ModelFolderError", "MultiHeadAttention", "Pretrained", "Sampler", "Sampling", "SelfAttention", "Step",
+    "StepOutput", "TextSoFar", "TokenizedText", "UnknownTokenError", "WordPieces",
     "attention_norms", "causal_mask", "embed", "flow", "is_per_head", "layer_norm", "load_folder", "load_gguf",
     "mixed_with_residual", "packaged_gguf", "padding_mask", "positional_encoding", "rollout",
     "scaled_dot_product_attention", "softmax", "trace_attention", "transformed_values", "trim_heap",

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from attention import AttentionError, Decoder, LlamaConfig
+from attention.generation import Generation, GenerationOptions
+from attention.sampling import Sampler, Sampling
 from tests.unit.engine.llama_reference import float64_reference, max_relative, run_transformers
 from tests.unit.engine.reference import max_difference
 
@@ -89,25 +91,19 @@ def test_float64_equals_an_all_float64_reference(smollm, hf_smollm, name):
     assert max_relative([s[0] for s in ours.hidden_states], states) <= bound["hidden"]
 
 
-def greedy(model: Decoder, ids: np.ndarray, new_tokens: int) -> list[int]:
-    """The engine's greedy continuation with its key/value cache: the prompt once, then one token at a time, until
-    ``new_tokens`` or the end-of-sequence token."""
-    cache, out = model.llama.prefill(ids[None])
-    tokens = [int(out.logits[0].argmax())]
-    while len(tokens) < new_tokens and tokens[-1] != model.tokenizer.eos_id:
-        tokens.append(int(model.llama.step(cache, np.array(tokens[-1:])).logits[0].argmax()))
-    return tokens
-
-
 @pytest.mark.parametrize("name", GREEDY)
 def test_greedy_continuation_equals_transformers_generate(smollm, hf_smollm, name):
+    """The generation loop (attention/generation.py: prefill, then one cached step a token, until the budget or
+    the end-of-sequence token) at temperature 0, token for token."""
     ids = ids_of(smollm, GREEDY[name])
-    ours = greedy(smollm, ids, NEW_TOKENS)
+    generation = Generation(smollm.llama, smollm.tokenizer, ids, GenerationOptions(NEW_TOKENS), Sampler(Sampling()))
+    ours = [step.token for step in generation]
     with torch.no_grad():
         theirs = hf_smollm.generate(torch.from_numpy(ids[None]), max_new_tokens=NEW_TOKENS, do_sample=False,
                                     eos_token_id=smollm.tokenizer.eos_id, pad_token_id=smollm.tokenizer.eos_id)
     assert ours == theirs[0, len(ids):].tolist(), smollm.tokenizer.decode(ours)
     assert len(ours) >= 8                                               # a real continuation, not an instant stop
+    assert generation.finish_reason == ("stop" if ours[-1] == smollm.tokenizer.eos_id else "length")
 
 
 def test_cached_decoding_equals_recomputing_the_whole_sequence(smollm):
