@@ -44,7 +44,31 @@ def messages_field(description: str) -> BoundedList:
                        metadata={"description": description})
 
 
-class ModelAttentionRequest(OutputOptions):
+class ModelSelection(OutputOptions):
+    """Which of a trained model's layers and heads an answer shows, its precision and its rounding."""
+
+    layers = _indices("layers")
+    heads = _indices("heads")
+    dtype = fields.String(load_default="float32", validate=validate.OneOf(["float32", "float64"]), metadata={
+        "description": "float32: the model's own precision; float64 computes from the same weights in float64."})
+
+    @validates("layers", "heads")
+    def _distinct(self, value: list[int], data_key: str, **kwargs: Any) -> None:
+        seen = set()
+        for i, index in enumerate(value):
+            if index in seen:
+                raise ValidationError({i: [f"{index} is repeated."]})
+            seen.add(index)
+
+    @post_load
+    def _sorted(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        for name in ("layers", "heads"):
+            if name in data:
+                data[name] = sorted(data[name])
+        return data
+
+
+class ModelAttentionRequest(ModelSelection):
     """A sentence (or a pair, or a chat) through a trained model; which layers and heads to return, and how much."""
 
     text = fields.String(metadata={
@@ -55,10 +79,6 @@ class ModelAttentionRequest(OutputOptions):
         "description": "An encoder's second sentence: [CLS] text [SEP] text_pair [SEP], its tokens of type 1."})
     messages = messages_field("A decoder's chat, rendered by the model's own chat template with the assistant's turn "
                               "opened; the messages' text is at most max_text_chars code points in all.")
-    layers = _indices("layers")
-    heads = _indices("heads")
-    dtype = fields.String(load_default="float32", validate=validate.OneOf(["float32", "float64"]), metadata={
-        "description": "float32: the model's own precision; float64 computes from the same weights in float64."})
     return_hidden_states = strict_bool(load_default=False, metadata={
         "description": "Add `hidden_states`: the embeddings and every layer's output, n_layers + 1 arrays."})
     trace = strict_bool(load_default=False, metadata={
@@ -76,21 +96,6 @@ class ModelAttentionRequest(OutputOptions):
             raise ValidationError("A chat (messages) has no pair: text_pair goes with text.", "text_pair")
         if "messages" not in data and "text" not in data:
             raise ValidationError("Give the text to read (or, to a decoder, the chat's messages).", "text")
-
-    @validates("layers", "heads")
-    def _distinct(self, value: list[int], data_key: str, **kwargs: Any) -> None:
-        seen = set()
-        for i, index in enumerate(value):
-            if index in seen:
-                raise ValidationError({i: [f"{index} is repeated."]})
-            seen.add(index)
-
-    @post_load
-    def _sorted(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        for name in ("layers", "heads"):
-            if name in data:
-                data[name] = sorted(data[name])
-        return data
 
 
 class ModelAttentionItem(ModelAttentionRequest):

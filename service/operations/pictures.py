@@ -40,14 +40,15 @@ def heatmap(params: dict[str, Any], limits: Limits) -> str:
                 decimals=params["decimals"])
 
 
-def hidden_cells(mask: np.ndarray | None, causal: bool, shape: tuple[int, ...]) -> np.ndarray | None:
+def hidden_cells(mask: np.ndarray | None, causal: bool, shape: tuple[int, ...], offset: int = 0) -> np.ndarray | None:
     """True where the engine hid a cell of weights of ``shape`` (..., n_q, n_k): where ``mask`` (broadcast from the
-    right, true = may attend) is false or, with ``causal``, a key comes after its query. None: nothing is hidden."""
+    right, true = may attend) is false or, with ``causal``, a key comes after its query (query i stands at
+    position i + ``offset``). None: nothing is hidden."""
     if mask is None and not causal:
         return None
     allowed = np.ones(shape[-2:], dtype=bool) if mask is None else mask
     if causal:
-        allowed = allowed & np.tri(*shape[-2:], dtype=bool)  # key j is visible to query i iff j <= i
+        allowed = allowed & np.tri(*shape[-2:], k=offset, dtype=bool)  # key j is visible to query i iff j <= i + offset
     return ~np.broadcast_to(allowed, shape)
 
 
@@ -62,6 +63,9 @@ def panel_titles(leading: tuple[int, ...], axes: tuple[str, ...], values: dict[s
 def _drawn(drawing: Drawing, params: Params, result: Result) -> tuple[np.ndarray, dict[str, Any]]:
     """The weights of a compute answer as they are drawn, and how (render_heatmap's options). Heads go along a row,
     one row per layer and batch item; without a head axis the batch items wrap as they fit."""
+    settings = drawing.settings(params, result)
+    if drawing.arranged is not None:
+        result = drawing.arranged(params, result)
     if "layers" in result:
         weights = np.stack([layer["weights"] for layer in result["layers"]])  # (L, B?, h, n, n)
     else:
@@ -71,10 +75,12 @@ def _drawn(drawing: Drawing, params: Params, result: Result) -> tuple[np.ndarray
     values = {}
     if result.get("layers") and "heads" in result["layers"][0]:  # a model's selected layers and heads
         values = {"layer": [layer["layer"] for layer in result["layers"]], "head": result["layers"][0]["heads"]}
-    hidden = hidden_cells(drawing.mask(params), drawing.causal(params), weights.shape)
     tokens = result.get("tokens") or params.get("tokens")
-    options = {"row_labels": tokens, "col_labels": tokens, "title": drawing.title,
-               "settings": drawing.settings(params, result)}
+    rows = result.get("row_tokens", tokens)  # a generation's rows: its new tokens, the last of the tokens
+    offset = len(tokens) - len(rows) if rows is not tokens else 0
+    hidden = hidden_cells(drawing.mask(params), drawing.causal(params), weights.shape, offset)
+    options = {"row_labels": rows, "col_labels": tokens, "title": drawing.title,
+               "settings": settings}
     if axes[-1:] == ("head",):
         drawn = weights.reshape(-1, *weights.shape[-3:])  # (rows, h, n, n)
         options["panel_titles"] = panel_titles(weights.shape[-3:-2], ("head",), values)

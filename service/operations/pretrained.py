@@ -42,8 +42,9 @@ class ModelInput:
 
 
 def admit(params: Params, limits: Limits) -> None:
-    """Refuse a text, or a chat's text in all, longer than ``max_text_chars`` code points, before it is tokenized."""
-    for name in TEXTS:
+    """Refuse a text (a generation's prompt), or a chat's text in all, longer than ``max_text_chars`` code points,
+    before it is tokenized."""
+    for name in (*TEXTS, "prompt"):
         if name in params:
             limits.check("max_text_chars", len(params[name]), pointer=pointer(name))
     if "messages" in params:
@@ -69,8 +70,8 @@ def encoded(model: ServedModel, params: Params) -> Tokens:
     read_as(model, params)
     tokenizer = model.pretrained.tokenizer
     if model.causal:
-        if "text" in params:
-            return tokenizer.encode(params["text"])
+        if "messages" not in params:
+            return tokenizer.encode(params[input_member(params)])
         try:
             return tokenizer.encode_chat(params["messages"])
         except engine.AttentionError as exc:
@@ -100,8 +101,8 @@ def is_causal(params: Params) -> bool:
 
 
 def input_member(params: Params) -> str:
-    """What the request gives to read: ``text`` or ``messages``."""
-    return "messages" if "messages" in params else "text"
+    """What the request gives to read: ``text``, a generation's ``prompt``, or ``messages``."""
+    return "messages" if "messages" in params else "prompt" if "prompt" in params else "text"
 
 
 def selected(params: Params, name: str, count: int) -> list[int]:
@@ -142,7 +143,7 @@ def work(params: Params, found: ModelInput) -> Work:
     return Work((("max_sequence_length", n, where),),
                 **sizes.weighing(params, len(found.layers) * len(found.heads) * n * n, pointer("layers")),
                 along=(hidden, Along(n * config.d_model, arrays, where)),
-                macs=n * config.n_layers * _macs_per_token(model), fewer=FEWER)
+                macs=n * config.n_layers * macs_per_token(model), fewer=FEWER)
 
 
 def hidden_width(model: ServedModel) -> int:
@@ -151,7 +152,7 @@ def hidden_width(model: ServedModel) -> int:
     return model.config.d_ff * (2 if model.causal else 1)
 
 
-def _macs_per_token(model: ServedModel) -> int:
+def macs_per_token(model: ServedModel) -> int:
     """Multiply-adds of one layer's projections and feed-forward for one token."""
     config = model.config
     if model.causal:  # W_q, W_o; W_k, W_v of the key/value heads; gate, up and down

@@ -9,7 +9,7 @@ how a mask is read, what its picture is and, for those served over /v2, the mode
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from marshmallow import Schema
 
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
+from schemas.generation import GenerateItem, GenerateRequest, GenerateResponse
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
 from schemas.pretrained import ModelAttentionItem, ModelAttentionRequest, ModelAttentionResponse
 from schemas.reference import (
@@ -29,8 +30,8 @@ from schemas.reference import (
     PositionalEncodingResponse,
 )
 from schemas.v2 import AttentionParameters, MultiHeadParameters
-from service.operations import attention, catalogue, layers, pretrained, reference
-from service.operations.catalogue import DEFAULT_NAME
+from service.operations import attention, catalogue, generation, layers, pretrained, reference
+from service.operations.catalogue import DECODER_NAME, DEFAULT_NAME
 from service.operations.inputs import Prepared, sized
 from service.operations.rounding import round_arrays
 from service.operations.sizes import Params
@@ -99,7 +100,9 @@ class Drawing:
     """How an operation's weights are drawn (service.operations.pictures): the title, the names of the leading axes
     of its weights (``before_batch`` and ``after_batch`` the optional batch axis), ``settings(params, result)``: the
     run's settings, written in the picture, ``mask(params)``: the request's mask (true = may attend) as it lies
-    over the weights, and ``causal(params)``: whether a key after its query is hidden too."""
+    over the weights, and ``causal(params)``: whether a key after its query is hidden too. ``arranged(params,
+    result)``: the answer as a picture reads it when its weights are not ``layers`` or ``weights`` (a generation's
+    steps), with ``row_tokens`` when its rows are the last of its ``tokens``."""
 
     title: str
     before_batch: tuple[str, ...]
@@ -107,6 +110,7 @@ class Drawing:
     settings: Callable[[Params, Result], list[str]]
     mask: Callable[[Params], np.ndarray | None] = request_mask
     causal: Callable[[Params], bool] = request_causal
+    arranged: Callable[[Params, Result], Result] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ class Operation:
     (engine.is_per_head). ``batch_request``: the body schema of a batch item (None: not in /v1/batch). ``path``:
     under /v1, may hold a path parameter (``<model>``) that ``path_parameters`` resolves (a model's name to the
     served model: an unknown one is a 404) into the params; ``path_example`` gives its value for the documented
-    example. ``grouping``: how /v1/batch groups items that have nothing to stack (a model's texts)."""
+    example. ``grouping``: how /v1/batch groups items that have nothing to stack (a model's texts). ``events``: the
+    answer as server-sent events (text/event-stream), for a request with ``stream: true``."""
 
     name: str
     area: str
@@ -139,6 +144,7 @@ class Operation:
     path: str = ""
     path_parameters: dict[str, Callable[[str], Any]] = field(default_factory=dict)
     path_example: dict[str, str] = field(default_factory=dict)
+    events: Callable[[Prepared], Iterator[bytes]] | None = None
 
     @property
     def route(self) -> str:
@@ -269,6 +275,23 @@ the last hidden state and, for the selected layers and heads (default all), the 
         path="/models/<model>/attention", path_parameters={"model": catalogue.lookup},
         path_example={"model": DEFAULT_NAME},
         grouping=Grouping(pretrained.group_key, pretrained.compute_many)),
+    Operation(
+        "generate", "models", """A decoder continuing a prompt or a chat, token by token, every step shown.
+
+Greedy (temperature 0, the default) or drawn after temperature, top-k and top-p with a seeded PCG64. Each
+step gives its token, its log-probability and the candidates before the filters (with what the filters
+kept); with layers or heads, the new token's own attention row over every token so far; with logit_lens,
+what each layer would have predicted. The text ends at the end-of-text token, a stop string or
+max_new_tokens. `stream: true` answers server-sent events, a step each as it is computed. The example: the
+first tokens of SmolLM2's answer to a question, with layer 13's head 8.""",
+        GenerateRequest, GenerateResponse, generation.prepare, generation.compute,
+        {"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_new_tokens": 4,
+         "layers": [13], "heads": [8], "top_logprobs": 2, "seed": 0, "decimals": 3},
+        drawing=Drawing("Attention of the generated tokens", ("layer",), ("head",), generation.settings,
+                        causal=pretrained.is_causal, arranged=generation.arranged),
+        batch_request=GenerateItem,
+        path="/models/<model>/generate", path_parameters={"model": catalogue.lookup},
+        path_example={"model": DECODER_NAME}, events=generation.events),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
 V2_MODELS = {op.v2.name: op for op in OPERATIONS.values() if op.v2 is not None}

@@ -48,7 +48,8 @@ class Work:
     ``returns_weights`` whether they are in the answer. ``macs``: multiply-adds of projections and
     feed-forward. ``draws``: (layer key, random numbers) of seeded weights, counted once per distinct layer
     in a batch. ``fewer``: pointers to the members that select less of the answer, named beside a refusal of
-    its size (weights, heatmap cells, numbers along the positions)."""
+    its size (weights, heatmap cells, numbers along the positions). ``new_tokens``: what a generation asks for,
+    as the max_new_tokens limit counts it (judged alone by its operation; summed by a batch)."""
 
     dims: tuple[tuple[str, int, str], ...] = ()
     query: bool = False
@@ -61,6 +62,7 @@ class Work:
     macs: int = 0
     draws: tuple[Hashable, int] | None = None
     fewer: tuple[str, ...] = ()  # members that ask for less of the answer (a model's /layers, /heads)
+    new_tokens: int = 0  # tokens a generation asks for, as max_new_tokens counts them (a batch sums them)
 
 
 def weight_arrays(params: Params) -> int:

@@ -4,7 +4,7 @@ what each answers: JSON, or the heatmap of its weights (SVG), chosen by the Acce
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import wraps
 from typing import Any
 
@@ -20,9 +20,12 @@ from service.edge.smorest import BODY_ERRORS, Blueprint
 from service.edge.v1 import examples
 from service.operations import pictures
 from service.operations.registry import OPERATIONS, Operation
+from service.problems import ValidationProblem, pointer
 from service.settings import Limits
 
 SVG = "image/svg+xml"
+EVENTS = "text/event-stream"
+STREAM_WRITE_SECONDS = 5  # a write blocked this long (a client that stopped reading) ends a stream
 FORMATS = {"json": JSON, "svg": SVG}  # ?format= -> the media type it names
 FORMAT_QUERY = FormatQuery()
 CHARSET = re.compile(r'charset\s*=\s*"?([^";\s]+)', re.IGNORECASE)  # a media range's charset parameter
@@ -31,6 +34,21 @@ CHARSET = re.compile(r'charset\s*=\s*"?([^";\s]+)', re.IGNORECASE)  # a media ra
 def svg_response(svg: str) -> Response:
     """An image/svg+xml answer."""
     return Response(svg, mimetype=SVG)
+
+
+def events_response(events: Iterator[bytes]) -> Response:
+    """A text/event-stream answer, each event sent as it comes: nginx passes it on at once (X-Accel-Buffering: no),
+    and a write blocked STREAM_WRITE_SECONDS fails (the socket's timeout under gunicorn), so a client that stops
+    reading is taken for gone: gunicorn closes the iterator, which stops the work, and the sync worker is free."""
+    sock = request.environ.get("gunicorn.socket")
+    if sock is not None:
+        sock.settimeout(STREAM_WRITE_SECONDS)
+    return Response(events, mimetype=EVENTS, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def events_doc(description: str) -> dict[str, Any]:
+    """OpenAPI doc of a 200 answer that may be a stream of server-sent events."""
+    return {"responses": {200: {"description": description, "content": {EVENTS: {"schema": {"type": "string"}}}}}}
 
 
 def svg_doc(description: str, example: Computed | None = None) -> dict[str, Any]:
@@ -126,7 +144,12 @@ def operation_route(blp: Blueprint, operation: Operation) -> None:
     def view(params: dict[str, Any], media: str, color_scale: str = "fixed", **path: Any) -> Any:
         params = {**params, **path} if path else params
         if media == SVG:
+            if params.get("stream"):
+                raise ValidationProblem.at(pointer("stream"), "A picture is not streamed: ask for it without stream, "
+                                                              "or stream the JSON events.")
             return svg_response(draw(operation, params, current_limits(), color_scale))
+        if params.get("stream"):
+            return events_response(operation.events(operation.prepare(params, current_limits())))
         return operation.answer(params, current_limits())
 
     view.__name__ = operation.name.replace("-", "_")
@@ -135,6 +158,10 @@ def operation_route(blp: Blueprint, operation: Operation) -> None:
     if operation.drawing is not None:
         view = blp.doc(**svg_doc(f"The answer, or with `Accept: {SVG}` (or `?format=svg`) the heatmap of its "
                                  f"weights, as POST /v1{operation.route}/heatmap answers."))(view)
+    if operation.events is not None:
+        view = blp.doc(**events_doc("With `stream: true`, server-sent events: `token` (a step, as `steps` holds it) "
+                                    "as each is computed, then `done` (the answer without `steps`), or `error` (a "
+                                    "problem) if it fails midway."))(view)
     view = negotiated(offers, format_query=operation.drawing is not None)(_documented_request(blp, operation, view))
     blp.route(operation.route, methods=[operation.method])(view)
     if operation.drawing is not None:

@@ -36,7 +36,7 @@ class BatchTooLarge(Problem):
 
     def __init__(self, name: str, value: int, maximum: int, errors: list[dict[str, str]] | None = None,
                  drawn: int = 0) -> None:
-        what = "items" if name == "max_batch_items" else "units of work"
+        what = {"max_batch_items": "items", "max_batch_new_tokens": "new tokens"}.get(name, "units of work")
         if drawn:
             what += f" ({drawn} of them the random weights its seeded layers draw)"
         super().__init__(f"The batch has {value} {what}; the limit {name} is {maximum} (see GET /v1/limits). "
@@ -46,10 +46,10 @@ class BatchTooLarge(Problem):
 HEAVIEST_NAMED = 5  # items a batch past its budget names, the costliest first: where to split it
 
 
-def _heaviest(indexes: list[int], costs: list[int]) -> list[dict[str, str]]:
-    """The costliest items (pointer and units of work), at most HEAVIEST_NAMED, the costliest first."""
+def _heaviest(indexes: list[int], costs: list[int], unit: str = "units of work") -> list[dict[str, str]]:
+    """The costliest items (pointer and cost in ``unit``), at most HEAVIEST_NAMED, the costliest first."""
     ranked = sorted(zip(costs, indexes, strict=True), key=lambda pair: (-pair[0], pair[1]))[:HEAVIEST_NAMED]
-    return [{"pointer": pointer("requests", index), "detail": f"{cost} units of work"} for cost, index in ranked]
+    return [{"pointer": pointer("requests", index), "detail": f"{cost} {unit}"} for cost, index in ranked if cost]
 
 
 def _count_items(body: Any) -> None:
@@ -72,6 +72,10 @@ def answer(requests: list[dict[str, Any]], limits: Limits) -> list[dict[str, Any
     if (total := sum(costs) + drawn) > limits.max_batch_elements:
         raise BatchTooLarge("max_batch_elements", total, limits.max_batch_elements,
                             _heaviest([item.index for item in sized], costs), drawn)
+    tokens = [item.prepared.work.new_tokens for item in sized]
+    if (generated := sum(tokens)) > limits.max_batch_new_tokens:  # generations: so that it answers within the timeout
+        raise BatchTooLarge("max_batch_new_tokens", generated, limits.max_batch_new_tokens,
+                            _heaviest([item.index for item in sized], tokens, "new tokens"))
     for index, outcome in answers.compute(sized, _root):
         outcomes[index] = outcome
     return [_response(item["id"], outcome) for item, outcome in zip(requests, outcomes, strict=True)]
@@ -101,15 +105,17 @@ def batch(envelope: dict[str, Any], media: str) -> dict[str, Any]:
     """Many requests in one call.
 
     Each item names an `op` (attention, self-attention, multi-head-attention, encoder, embed,
-    positional-encoding, model-attention) and carries the `body` that endpoint takes (model-attention:
-    POST /v1/models/{model}/attention's body plus `"model"`, the model's name). The answer has one
+    positional-encoding, model-attention, generate) and carries the `body` that endpoint takes (model-attention,
+    generate: POST /v1/models/{model}/attention's or /generate's body plus `"model"`, the model's name; a
+    generation is not streamed). The answer has one
     `{id, status, body}` or `{id, status, error}` per item, in request order: a bad item gets its
     own 4xx problem (pointers from the root of this request) and every other item exactly what its
     single endpoint answers. Items sharing an op, shapes and options are stacked and computed in
     one vectorised engine call (a model's items: same model, length in tokens and options; trace items, embed
     and positional-encoding are computed one by one).
     Whole-batch errors: 422 for the envelope (not an object, no or empty `requests`, missing or
-    duplicate ids, unknown op), 413 past `max_batch_items` or `max_batch_elements` (GET /v1/limits).
+    duplicate ids, unknown op), 413 past `max_batch_items`, `max_batch_elements` or, for the generate items'
+    tokens in all, `max_batch_new_tokens` (GET /v1/limits).
     """
     metrics.observe_batch(len(envelope["requests"]))
     return {"responses": answer(envelope["requests"], current_limits())}

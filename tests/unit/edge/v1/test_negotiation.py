@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from service.edge.v1 import examples
-from service.operations.catalogue import DEFAULT_NAME
 from service.operations.registry import OPERATIONS
 from tests.close import assert_text_close
 from tests.conftest import assert_problem
@@ -18,7 +17,8 @@ DRAWN = [name for name, operation in OPERATIONS.items() if operation.drawing is 
 
 
 def url(name: str, suffix: str = "") -> str:
-    return "/v1" + OPERATIONS[name].route.replace("<model>", DEFAULT_NAME) + suffix
+    """The operation's path, its model the documented example's."""
+    return "/v1" + OPERATIONS[name].route.replace("<model>", "{model}").format(**OPERATIONS[name].path_example) + suffix
 
 
 def call(client, name: str, suffix: str = "", accept: str | None = None, query: str = "", body=None):
@@ -90,7 +90,7 @@ def test_every_drawing_operation_answers_its_heatmap_at_its_own_path(client, nam
     picture = call(client, name, "/heatmap")
     assert picture.status_code == 200 and picture.mimetype == SVG and picture.vary.as_set() == {"accept"}
     assert picture.get_data() == negotiated.get_data()
-    documented = SPEC["paths"][url(name, "/heatmap").replace(DEFAULT_NAME, "{model}")]["post"]
+    documented = SPEC["paths"]["/v1" + OPERATIONS[name].route.replace("<model>", "{model}") + "/heatmap"]["post"]
     assert_text_close(picture.get_data(as_text=True), documented["responses"]["200"]["content"][SVG]["example"])
     assert assert_problem(call(client, name, "/heatmap", accept=JSON), 406)["acceptable"] == [SVG]
     assert_problem(call(client, name, "/heatmap", body={"tokens": 5}), 422)
