@@ -151,7 +151,7 @@ def test_occluding_nothing_changes_nothing(minilm, smollm, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_encoder_occlusion_equals_runs_of_the_masked_input(minilm, dtype):
     encoded = minilm.tokenizer.encode(SHORT, "It was tired.")
-    mask_id = minilm.tokenizer._tokenizer.token_to_id("[MASK]")
+    mask_id = minilm.tokenizer.token_id("[MASK]")
     positions = occludable(encoded.special)
     assert len(positions) == len(encoded.ids) - 3                          # [CLS], [SEP], [SEP] left alone
     shift = encoder_occlusion(minilm.bert, encoded.ids, positions, mask_id, encoded.type_ids, dtype=dtype)
