@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 # 72 knockouts at 128 tokens: 39x a forward with 1024 or 2048 rows, 43x with 8192, 46x with 16384: fresh buffers
 # past the workers' kept heap fault their pages in; the decoder's 270 at 16 tokens: 41x with 2048, 40x with 8192).
 STACKED_ROWS = 2048
+# Runs whose next-token distributions are compared at once: 16 x 49,152 float64 log-probabilities are 6 MB.
+SHIFT_BLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,15 @@ def sentence_shift(full: np.ndarray, runs: np.ndarray) -> EncoderShift:
 
 def next_token_shift(full: np.ndarray, runs: np.ndarray) -> NextTokenShift:
     """full (vocab,), runs (K, vocab): logits at the last position -> :class:`NextTokenShift`. The log-softmaxes in
-    float64 (a KL of near distributions is a small difference of large logs); returned in the logits' dtype."""
-    log_full, log_runs = _log_softmax(full.astype(np.float64)), _log_softmax(runs.astype(np.float64))
-    kl = np.exp(log_full) @ (log_full[:, None] - log_runs.T)                  # (K,): sum_v p (log p - log q)
+    float64 (a KL of near distributions is a small difference of large logs), SHIFT_BLOCK runs at a time (the
+    decoder's 270 knockouts at once would take 100 MB a float64 temporary); returned in the logits' dtype.
+    KL = sum_v p (log p - log q) = sum_v p log p - p . log q."""
+    log_full = _log_softmax(full.astype(np.float64))                         # (vocab,)
+    p = np.exp(log_full)
+    kl = np.empty(len(runs))                                                  # (K,)
+    for start in range(0, len(runs), SHIFT_BLOCK):
+        block = _log_softmax(runs[start:start + SHIFT_BLOCK].astype(np.float64))  # (block, vocab)
+        kl[start:start + SHIFT_BLOCK] = p @ log_full - block @ p
     return NextTokenShift(np.maximum(kl, 0).astype(full.dtype), runs.argmax(axis=-1), int(full.argmax()))
 
 
