@@ -31,6 +31,7 @@ from .interventions import (
     decoder_occlusion,
     encoder_knockout,
     encoder_occlusion,
+    head_table,
     occludable,
 )
 from .layers import SelfAttention
@@ -57,7 +58,7 @@ __all__ = [
     "EncoderShift", "KVCache", "Llama", "LlamaConfig", "ModelFileError", "ModelFolderError", "MultiHeadAttention",
     "NextTokenShift", "Pretrained", "SelfAttention", "StepOutput", "TokenizedText", "UnknownTokenError", "WordPieces",
     "attention_norms", "causal_mask", "decoder_knockout", "decoder_occlusion", "embed", "encoder_knockout",
-    "encoder_occlusion", "flow", "head_census", "is_per_head", "layer_norm", "load_folder", "load_gguf",
+    "encoder_occlusion", "flow", "head_census", "head_table", "is_per_head", "layer_norm", "load_folder", "load_gguf",
     "mixed_with_residual", "occludable", "packaged_gguf", "padding_mask", "positional_encoding", "punctuation_marks",
     "rollout", "scaled_dot_product_attention", "softmax", "trace_attention", "transformed_values", "trim_heap",
 ]

@@ -98,6 +98,16 @@ def chosen_heads(knock: Sequence[Sequence[int]] | None, n_layers: int, n_heads: 
     return pairs
 
 
+def head_table(knock: Sequence[tuple[int, int]], values: np.ndarray, n_layers: int, n_heads: int) -> np.ndarray:
+    """One value per knocked head, values (K,) in ``knock``'s order (:func:`chosen_heads`' pairs) -> the layers x
+    heads table (n_layers, n_heads) float64, NaN where a head was not knocked out (JSON null)."""
+    table = np.full((n_layers, n_heads), np.nan)
+    if len(knock):
+        layers, heads = np.array(knock).T                                     # (K,) each
+        table[layers, heads] = values
+    return table
+
+
 def knocked_out(stages: Sequence[LayerStages], x: np.ndarray, knock: Sequence[tuple[int, int]]) -> np.ndarray:
     """The last hidden states of the full run and of every knockout: x (1, n, d_model) the embeddings, ``knock``
     K (layer, head) pairs (checked) -> (1 + K, n, d_model), row 0 the full run, row 1 + k with knock[k]'s head's
@@ -126,9 +136,8 @@ def _knocked_chunk(stages: Sequence[LayerStages], inputs: list[np.ndarray], cont
                    knock: list[tuple[int, int]]) -> np.ndarray:
     """One chunk of knockouts, in layer order, from the full run's layer ``inputs`` and ``contexts`` -> their last
     hidden states (K, n, d_model)."""
-    layers = np.array([layer for layer, _ in knock])
     x = None                                                                  # (B, n, d_model): the runs so far
-    for index in range(int(layers[0]), len(stages)):
+    for index in range(knock[0][0], len(stages)):                             # from the chunk's lowest layer
         joining = [head for layer, head in knock if layer == index]
         running = None if x is None else stages[index].attend(x)              # (B, h, n, d_k)
         if joining:

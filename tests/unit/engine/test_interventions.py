@@ -10,10 +10,12 @@ import pytest
 from attention import AttentionError, interventions
 from attention.decoder_blocks import grouped_causal_mask, rms_norm, rotary_angles
 from attention.interventions import (
+    chosen_heads,
     decoder_knockout,
     decoder_occlusion,
     encoder_knockout,
     encoder_occlusion,
+    head_table,
     next_token_shift,
     occludable,
     removed_copies,
@@ -189,6 +191,13 @@ def test_decoder_occlusion_under_a_chat_template_removes_only_the_users_text(smo
     assert smollm.tokenizer.decode(prompt.ids[smollm.tokenizer.chat_positions(messages, ("system",))]) == "Be brief."
     shift = decoder_occlusion(smollm.llama, prompt.ids, positions)
     assert shift.kl.shape == (len(positions),) and (shift.kl > 0).all()
+
+
+def test_head_table_places_each_value_and_leaves_the_rest_null():
+    table = head_table(chosen_heads([[1, 2], [0, 0]], 2, 3), np.array([0.5, 0.25]), 2, 3)
+    np.testing.assert_array_equal(table, [[0.25, np.nan, np.nan], [np.nan, np.nan, 0.5]])
+    assert head_table(chosen_heads(None, 2, 3), np.arange(6.0), 2, 3).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert np.isnan(head_table([], np.zeros(0), 1, 2)).all()
 
 
 def test_removed_copies_shift_the_later_tokens_up():
