@@ -178,12 +178,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds for MiniLM (7)")
     parser.add_argument("--decoder-rounds", type=int, default=3, help="interleaved rounds for the decoder (3)")
     parser.add_argument("--no-decoder", action="store_true", help="MiniLM only")
+    parser.add_argument("--no-minilm", action="store_true", help="the decoder only")
     args = parser.parse_args(argv)
     runpy.run_path(str(ROOT / "service" / "gunicorn.conf.py"))["post_fork"](None, None)  # the workers' heap
     print(f"numpy {np.__version__}, BLAS: {blas_kernel()}; OPENBLAS_CORETYPE="
           f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; cpus {os.cpu_count()}, load average "
           f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    minilm_rows(args.rounds)
+    if not args.no_minilm:
+        minilm_rows(args.rounds)
     if not args.no_decoder:
         decoder_rows(args.decoder_rounds)
 

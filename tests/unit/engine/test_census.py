@@ -15,6 +15,9 @@ pytestmark = pytest.mark.usefixtures("one_thread_each")
 
 SENTENCE = "The animal didn't cross the street, because it was too tired."
 SHORT = "The cat sat on the mat."
+# Means (weights, entropies in nats) against the loops over transformers' float32 attentions: measured at most 4.0e-7
+# for MiniLM, 1.5e-6 for the decoder (whose weights agree with transformers' to 8e-6); padded against alone 1.3e-7.
+CENSUS_BOUND = 1e-6
 
 
 # --- the head census -------------------------------------------------------------------------------------------------
@@ -53,7 +56,7 @@ def test_minilm_census_equals_a_loop_over_transformers_attentions(minilm, hf_ber
     assert census.counts["first"] == lengths.sum() and census.counts["next"] == lengths.sum() - len(lengths)
     for name, mean in census.means.items():
         assert mean.shape == (6, 12)
-        assert np.abs(mean - sums[name] / counts[name]).max() <= (1e-5 if name == "entropy" else 1e-6), name
+        assert np.abs(mean - sums[name] / counts[name]).max() <= CENSUS_BOUND, name
 
 
 def test_decoder_census_equals_a_loop_over_transformers_attentions(smollm, hf_smollm):
@@ -67,7 +70,7 @@ def test_decoder_census_equals_a_loop_over_transformers_attentions(smollm, hf_sm
     sums, counts = census_by_loops([a[0].numpy() for a in theirs.attentions], marks, None)
     assert census.counts == counts
     for name, mean in census.means.items():
-        assert np.abs(mean - sums[name] / counts[name]).max() <= 1e-4, name
+        assert np.abs(mean - sums[name] / counts[name]).max() <= 10 * CENSUS_BOUND, name
     assert not census.means["next"].any()                                  # causal: no weight on the next token
 
 
@@ -81,7 +84,7 @@ def test_a_padded_census_equals_its_items_alone_combined(minilm):
         alone = census if alone is None else alone.combined(census)
     assert batch.counts == alone.counts
     for name, mean in batch.means.items():
-        assert np.abs(mean - alone.means[name]).max() <= 1e-6, name
+        assert np.abs(mean - alone.means[name]).max() <= CENSUS_BOUND, name
 
 
 def test_punctuation_is_made_only_of_category_p():
