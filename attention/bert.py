@@ -27,6 +27,7 @@ from .checkpoint import BertConfig, LayerWeights, frozen, norm
 from .encoder import EncoderLayerTrace
 from .errors import AttentionError
 from .functional import AttentionTrace, default_scale, require_finite, trace_attention
+from .interventions import LayerStages, chosen_heads, knocked_out
 from .kernel import GroupMask, attend_groups
 from .masks import padding_mask, zero_padding
 
@@ -123,6 +124,35 @@ class Bert:
             if return_weights else None,
             [zero_padding(s, keep) for s in states] if hidden_states else None,
             [None if m is None else m.without_padding(keep) for m in norms] if keep_norms else None)
+
+    def knockout(self, token_ids: np.ndarray, token_type_ids: np.ndarray | None = None,
+                 knock: Sequence[Sequence[int]] | None = None, *, dtype: type = np.float32) -> np.ndarray:
+        """Head knockout for one text, token_ids (1, n) (``token_type_ids`` (1, n), zeros when None): the last hidden
+        states (1 + K, n, d_model), row 0 the full run's, row 1 + k with the context vectors of head knock[k] =
+        (layer, head) zeroed before W_O, as transformers' ``head_mask`` did. ``knock``: (layer, head) pairs,
+        default every head, layer by layer. The K runs are stacked, each from its own layer up
+        (``interventions.knocked_out``)."""
+        if token_ids.ndim != 2 or token_ids.shape[0] != 1:
+            raise AttentionError("token_ids", f"expected one text (1, n), got {token_ids.shape}")
+        pairs = chosen_heads(knock, self.config.n_layers, self.config.n_heads)
+        x = self.embed(token_ids, np.zeros_like(token_ids) if token_type_ids is None else token_type_ids,
+                       np.dtype(dtype))                                        # (1, n, d_model)
+        with np.errstate(over="ignore", invalid="ignore"):    # an overflow surfaces in the next layer norm
+            return knocked_out([self._stages(layer) for layer in self.layers], x, pairs)
+
+    def _stages(self, layer: LayerWeights) -> LayerStages:
+        """One unpadded layer split before W_O (:class:`LayerStages`), in the input's dtype."""
+        h, d_k = self.config.n_heads, self.config.d_k
+
+        def attend(x: np.ndarray) -> np.ndarray:
+            b, n, _ = x.shape
+            return self._attend(layer.cast(x.dtype), x, None, None, None).reshape(b, h, n, d_k)  # (B, h, n, d_k)
+
+        def finish(x: np.ndarray, contexts: np.ndarray) -> np.ndarray:
+            flat = contexts.reshape(-1, *contexts.shape[2:])                   # (B*h, n, d_k), as _attend's
+            return self._after_attention(layer.cast(x.dtype), x, flat)[-1]     # (B, n, d_model)
+
+        return LayerStages(attend, finish)
 
     @np.errstate(over="ignore", invalid="ignore")  # an overflow surfaces in the next layer norm, which refuses it
     def _layer(self, layer: LayerWeights, x: np.ndarray, mask: GroupMask | None, weights: np.ndarray | None,

@@ -89,6 +89,26 @@ class ByteBPE:
         the assistant's turn added at the end, then :meth:`encode`d."""
         return self.encode(self.render_chat(messages))
 
+    def chat_positions(self, messages: Sequence[Mapping[str, str]], roles: Sequence[str] = ("user",)) -> np.ndarray:
+        """The positions (P,) int64 of :meth:`encode_chat`'s tokens that lie inside the content of a message whose
+        role is in ``roles``: the text the user typed, without the template's markup (what occlusion of a chat
+        prompt removes, token by token). Each content is found in the rendered text after the previous one's; a
+        token that straddles a content's edge is not counted."""
+        text = self.render_chat(messages)
+        inside, cursor = [], 0
+        for index, message in enumerate(messages):
+            start = text.find(message["content"], cursor)
+            if start < 0:
+                raise AttentionError(f"messages/{index}", "the chat template does not copy this content as it is")
+            cursor = start + len(message["content"])
+            if message["role"] in roles:
+                inside.append((start, cursor))
+        offsets = np.array(self._tokenizer.encode(text, add_special_tokens=False).offsets).reshape(-1, 2)  # (n, 2)
+        kept = np.zeros(len(offsets), bool)
+        for start, end in inside:
+            kept |= (offsets[:, 0] >= start) & (offsets[:, 1] <= end) & (offsets[:, 1] > offsets[:, 0])
+        return np.flatnonzero(kept)
+
     def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
         """The chat template's text for ``messages`` and the assistant's turn to come, as transformers'
         ``apply_chat_template(messages, add_generation_prompt=True, tokenize=False)`` renders it."""

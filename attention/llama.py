@@ -32,6 +32,7 @@ from .decoder_blocks import grouped_causal_mask, rms_norm, rotary_angles, rotate
 from .encoder import LayerTrace
 from .errors import AttentionError
 from .functional import AttentionTrace, default_scale, require_finite, trace_attention
+from .interventions import LayerStages, chosen_heads, knocked_out
 from .kernel import GroupMask, attend_groups
 from .masks import zero_padding
 
@@ -267,6 +268,38 @@ class Llama:
                           None if out.weights is None else [None if w is None else w[:, :, 0] for w in out.weights],
                           None if out.hidden_states is None else [s[:, 0] for s in out.hidden_states])
 
+    def knockout(self, token_ids: np.ndarray, knock: Sequence[Sequence[int]] | None = None, *,
+                 dtype: type | None = None) -> np.ndarray:
+        """Head knockout for one prompt, token_ids (1, n): the logits at its last position (1 + K, vocab), row 0 the
+        full run's, row 1 + k with the context vectors of query head knock[k] = (layer, head) zeroed before W_O
+        (its key/value head still serves the others of its group). ``knock``: (layer, head) pairs, default every
+        head, layer by layer. The K runs are stacked, each from its own layer up (``interventions.knocked_out``)."""
+        dtype = self._dtype(dtype, None)
+        self._check(token_ids, None, None, "last", 0)
+        if token_ids.shape[0] != 1:
+            raise AttentionError("token_ids", f"expected one prompt (1, n), got {token_ids.shape}")
+        pairs = chosen_heads(knock, self.config.n_layers, self.config.n_heads)
+        n = token_ids.shape[1]
+        rotation = rotary_angles(np.arange(n), self.config.d_k, self.config.rope_base, dtype)
+        mask = grouped_causal_mask(n, 0, self.config.group)
+        stages = [self._stages(layer, rotation, mask) for layer in self.layers]
+        with np.errstate(over="ignore", invalid="ignore"):    # an overflow surfaces in the next RMSNorm
+            states = knocked_out(stages, self.embed(token_ids, dtype), pairs)  # (1 + K, n, d_model)
+        final = rms_norm(states[:, -1], self.final_norm.astype(dtype, copy=False), self.config.rms_norm_eps)
+        return self.unembed(final, dtype)                                      # (1 + K, vocab)
+
+    def _stages(self, layer: DecoderLayerWeights, rotation: tuple[np.ndarray, np.ndarray],
+                mask: np.ndarray | None) -> LayerStages:
+        """One layer of an uncached forward pass split before W_O (:class:`LayerStages`), in the input's dtype."""
+
+        def attend(x: np.ndarray) -> np.ndarray:
+            return self._contexts(layer.cast(x.dtype), x, rotation, mask, None, None)[0]   # (B, h, n, d_k)
+
+        def finish(x: np.ndarray, contexts: np.ndarray) -> np.ndarray:
+            return self._after_attention(layer.cast(x.dtype), x, contexts)[-1]   # (B, n, d_model)
+
+        return LayerStages(attend, finish)
+
     def logit_lens(self, hidden_states: Sequence[np.ndarray]) -> list[np.ndarray]:
         """What each layer would predict were it the last: the n_layers + 1 hidden states of a forward pass or a
         step, each (..., d_model), through the final RMSNorm and the output head -> (..., vocab) each. The last
@@ -304,10 +337,17 @@ class Llama:
         """One decoder layer: x (B, n, d_model) -> (B, n, d_model); ``weights`` (B, h, n, n_keys) filled if given;
         with ``norms`` (and ``weights``), the layer's norm-based attention too (else None), from the value heads
         each group of query heads shares (the RMSNorm's output times W_V, no bias)."""
+        heads, v = self._contexts(layer, x, rotation, mask, kv, weights)
+        return self._after_attention(layer, x, heads)[-1], attention_norms(weights, v, layer.w_o) if norms else None
+
+    def _contexts(self, layer: DecoderLayerWeights, x: np.ndarray, rotation: tuple[np.ndarray, np.ndarray],
+                  mask: np.ndarray | None, kv: tuple[np.ndarray, np.ndarray] | None,
+                  weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The attention half of a layer: x (B, n, d_model) -> every head's context vectors (B, h, n, d_k) and the
+        values they mixed (B, h_kv, n_keys, d_k); ``weights`` filled as :meth:`_layer` says."""
         q, k, v = self._project(layer, x, rotation)
         k, v = _with_past(k, v, kv)                                            # each (B, h_kv, n_keys, d_k)
-        heads = self._attend(q, k, v, mask, weights)
-        return self._after_attention(layer, x, heads)[-1], attention_norms(weights, v, layer.w_o) if norms else None
+        return self._attend(q, k, v, mask, weights), v
 
     def _project(self, layer: DecoderLayerWeights, x: np.ndarray, rotation: tuple[np.ndarray, np.ndarray]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -324,9 +364,9 @@ class Llama:
 
     def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
                 weights: np.ndarray | None) -> np.ndarray:
-        """Grouped-query attention: q (B, h, n, d_k) over k, v (B, h_kv, n_keys, d_k) -> (B, n, h d_k), the heads
-        side by side; ``weights`` (B, h, n, n_keys) filled if given. Each key/value head meets its group of query
-        heads stacked as rows (``decoder_blocks``): a reshape of q, no copy of k or v."""
+        """Grouped-query attention: q (B, h, n, d_k) over k, v (B, h_kv, n_keys, d_k) -> each head's context
+        vectors (B, h, n, d_k); ``weights`` (B, h, n, n_keys) filled if given. Each key/value head meets its group
+        of query heads stacked as rows (``decoder_blocks``): a reshape of q, no copy of k or v."""
         b, h, n, d_k = q.shape
         h_kv, n_keys = k.shape[1], k.shape[2]
         stacked = np.multiply(q, q.dtype.type(self._scale), out=np.empty(q.shape, q.dtype))  # scaled, contiguous
@@ -335,13 +375,14 @@ class Llama:
         flat_weights = None if weights is None else weights.reshape(b * h_kv, -1, n_keys)  # a view
         out = attend_groups(stacked, k.reshape(b * h_kv, n_keys, d_k), v.reshape(b * h_kv, n_keys, d_k), groups,
                             False, flat_weights)                               # (B h_kv, group n, d_k)
-        return out.reshape(b, h, n, d_k).transpose(0, 2, 1, 3).reshape(b, n, h * d_k)
+        return out.reshape(b, h, n, d_k)
 
     def _after_attention(self, layer: DecoderLayerWeights, x: np.ndarray, heads: np.ndarray
                          ) -> tuple[np.ndarray, ...]:
-        """Heads (B, n, h d_k) -> W_o, the residual add, the feed-forward, the residual add: the four stages, each
-        (B, n, d_model)."""
-        attended = (heads.reshape(-1, heads.shape[-1]) @ layer.w_o).reshape(x.shape)
+        """Heads' context vectors (B, h, n, d_k) -> side by side, W_o, the residual add, the feed-forward, the
+        residual add: the four stages, each (B, n, d_model)."""
+        side_by_side = heads.transpose(0, 2, 1, 3).reshape(-1, layer.w_o.shape[0])  # (B n, h d_k), a copy
+        attended = (side_by_side @ layer.w_o).reshape(x.shape)
         require_finite(attended, "X")
         residual = x + attended                                               # the block adds a correction
         normed = rms_norm(residual, layer.feed_forward_norm, self.config.rms_norm_eps)

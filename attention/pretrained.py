@@ -69,6 +69,10 @@ class WordPieces:
         self._tokenizer.no_truncation()                # MiniLM's file truncates at 128 ...
         self._tokenizer.no_padding()                   # ... and pads to 128: neither is the text
 
+    def token_id(self, token: str) -> int | None:
+        """The id of a token of the vocabulary ("[MASK]": what occlusion puts in a token's place), or None."""
+        return self._tokenizer.token_to_id(token)
+
     def encode(self, text: str, pair: str | None = None) -> Encoded:
         """``[CLS] text [SEP]`` or ``[CLS] text [SEP] pair [SEP]``, as the tokenizer's template says."""
         encoding = self._tokenizer.encode(text, pair)
