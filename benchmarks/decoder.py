@@ -27,11 +27,13 @@ This is a benchmark, not a test: nothing asserts timings and a MISS does not cha
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +43,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's attention/ and benchmarks/, before any installed copy
 
 import numpy as np  # noqa: E402  (after the thread settings)
+import orjson  # noqa: E402
 from threadpoolctl import threadpool_info  # noqa: E402
 
-from attention import Decoder, load_gguf, packaged_gguf  # noqa: E402
+from attention import Decoder, Generation, GenerationOptions, Sampler, Sampling, load_gguf, packaged_gguf  # noqa: E402
 from benchmarks.http_load import median_interval  # noqa: E402
-from benchmarks.model import TORCH_ERROR, interleaved, interval_text, torch, transformers  # noqa: E402
+from benchmarks.model import TORCH_ERROR, interleaved, interval_text, post, torch, transformers  # noqa: E402
+from service.operations.catalogue import ServedModel  # noqa: E402
+from service.operations.generation import lens_factor  # noqa: E402
+from service.settings import Limits  # noqa: E402
+from tests.harness import Gunicorn  # noqa: E402
 
 # The paragraph of tests/unit/engine/test_llama.py: the prompts are its first 16 and 128 tokens.
 TEXT = (
@@ -55,6 +62,8 @@ TEXT = (
     "most heads look at the next or the previous word; later on, some heads link a pronoun to the noun it stands "
     "for, or a verb to its subject, and a few spend almost all of their attention on the first token of the text.")
 LENGTHS = (16, 128)
+MODEL = "smollm2-135m-instruct"
+GENERATE = f"/v1/models/{MODEL}/generate"
 NEW_TOKENS = 32
 TARGETS = {"prefill": 0.95, "decode": 1.5}
 # Each run in a fresh interpreter: the load's own time and peak RSS (VmHWM), and the RSS before and after it.
@@ -158,6 +167,90 @@ def decode(model: Decoder, reference: Any, rounds: int) -> None:
     report(NEW_TOKENS, *interleaved([engine, eager], rounds), "equal", TARGETS["decode"])
 
 
+# ---------------------------------------------------------------------------------- 4. generate over HTTP
+def generation(model: Decoder, ids: np.ndarray, new_tokens: int) -> list[int]:
+    """The engine's own greedy generation, as the endpoint runs it (attention/generation.py)."""
+    run = Generation(model.llama, model.tokenizer, ids, GenerationOptions(new_tokens), Sampler(Sampling()))
+    return [step.token for step in run]
+
+
+def first_event(port: int, body: bytes) -> tuple[float, bytes]:
+    """A streamed generate request: seconds until its first event has arrived, and the rest of the stream."""
+    start = time.perf_counter()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request("POST", GENERATE, body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.readline(), response.readline()                               # event: token, its data
+        return time.perf_counter() - start, response.read()
+    finally:
+        connection.close()
+
+
+def over_http(model: Decoder, rounds: int) -> None:
+    """Part 4: the endpoint against the engine in this process: a whole greedy generation, and streaming's first
+    event against the prefill alone (the first token is chosen from the prefill's logits)."""
+    prompt = model.tokenizer.decode(model.tokenizer.encode(TEXT).ids[:LENGTHS[0]])
+    ids = model.tokenizer.encode(prompt).ids
+    body = {"prompt": prompt, "max_new_tokens": NEW_TOKENS, "top_logprobs": 5}
+    print(f"\n4. generate over HTTP: POST {GENERATE}, {NEW_TOKENS} greedy tokens after {ids.size} tokens, one sync "
+          f"worker, a new connection per request; {rounds} rounds interleaved with the engine in this process")
+    with Gunicorn({"ATTENTION_MODELS": MODEL, "LOG_REQUESTS": "0"}, workers=1) as server:
+        status, raw = post(server.port, GENERATE, orjson.dumps(body))
+        answer = orjson.loads(raw)
+        assert status == 200 and [s["id"] for s in answer["steps"]] == generation(model, ids, NEW_TOKENS), raw[:300]
+
+        def whole() -> None:
+            assert post(server.port, GENERATE, orjson.dumps(body))[0] == 200
+
+        http_s, engine_s = interleaved([whole, lambda: generation(model, ids, NEW_TOKENS)], rounds, sample_s=0)
+        streamed = orjson.dumps({**body, "stream": True})
+        firsts, prefills = [], []
+        for _ in range(rounds):
+            firsts.append(first_event(server.port, streamed)[0])
+            start = time.perf_counter()
+            model.llama.prefill(ids[None])
+            prefills.append(time.perf_counter() - start)
+    for name, ours, base in (("whole answer / engine", http_s, engine_s), ("first event / prefill", firsts, prefills)):
+        ratios = [h / e for h, e in zip(ours, base, strict=True)]
+        print(f"   {name:>22}: {statistics.median(ours) * 1e3:.0f} ms / {statistics.median(base) * 1e3:.0f} ms, median "
+              f"paired ratio {statistics.median(ratios):.2f}x, 95% interval {interval_text(ratios)}")
+
+
+# ------------------------------------------------------------------------------ 5. the defaults' worst case
+def worst_cases(model: Decoder) -> None:
+    """Part 5: the slowest requests the default limits let through, one each, timed end to end (gunicorn's
+    timeout is 30 s): the longest prompt (max_output_elements bounds its SwiGLU hidden layer, 2 d_ff a token)
+    with the most new tokens or lens steps, the most rows, a batch within max_batch_elements."""
+    limits = Limits()
+    longest = limits.max_output_elements // (2 * model.config.d_ff)            # 682 tokens
+    long_prompt = " ".join(("the cat ate food and " * longest).split()[:longest])  # a token a word
+    factor = 1 + lens_factor(ServedModel(MODEL, model, MODEL))
+    cases = {
+        f"{longest}-token prompt + 256 tokens": {"prompt": long_prompt, "max_new_tokens": limits.max_new_tokens,
+                                                 "temperature": 1.0, "seed": 1},
+        f"{longest}-token prompt + {int(limits.max_new_tokens / factor)} lens steps": {
+            "prompt": long_prompt, "max_new_tokens": int(limits.max_new_tokens / factor), "logit_lens": True,
+            "temperature": 1.0, "seed": 1},
+        "every head's rows, 120 tokens": {"prompt": "Once upon a time", "max_new_tokens": 120,
+                                          "layers": list(range(30)), "temperature": 1.0, "seed": 1},
+    }
+    batch = {"requests": [{"id": str(i), "op": "generate", "body": {"model": MODEL, "prompt": "Once upon a time",
+                                                                     "max_new_tokens": 32, "temperature": 1.0,
+                                                                     "seed": i}} for i in range(6)]}
+    print("\n5. the worst cases the default limits allow, end to end over HTTP (one sync worker; timeout 30 s)")
+    with Gunicorn({"ATTENTION_MODELS": MODEL, "LOG_REQUESTS": "0"}, workers=1) as server:
+        for name, body in [*cases.items(), ("/v1/batch: 6 x 32 tokens", batch)]:
+            path = "/v1/batch" if "requests" in body else GENERATE
+            start = time.perf_counter()
+            status, raw = post(server.port, path, orjson.dumps(body))
+            seconds = time.perf_counter() - start
+            answer = orjson.loads(raw)
+            steps = sum(len(r["body"]["steps"]) for r in answer["responses"]) if "responses" in answer else len(
+                answer.get("steps", []))
+            print(f"   {name:>36}: {status}, {steps} new tokens, {seconds:.1f} s")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds per comparison (21)")
@@ -180,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
           f" transformers {transformers.__version__}")
     prefill(model, reference, args.rounds)
     decode(model, reference, max(7, args.rounds // 2))
+    over_http(model, max(7, args.rounds // 2))
+    worst_cases(model)
 
 
 if __name__ == "__main__":
