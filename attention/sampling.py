@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import AttentionError
 
-SEED_BITS = 63  # a fresh seed fits a JSON integer every client reads exactly (and a signed 64-bit one)
+SEED_BITS = 62  # a fresh seed fits a signed 64-bit integer, and the requests' seed limit, with room to spare
 NUCLEUS_START = 256  # candidates sorted first for top-p alone; 16 times more while they hold less than p
 
 
