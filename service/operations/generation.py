@@ -232,7 +232,8 @@ def arranged(params: Params, result: Result) -> Result:
     tokens = [*result["tokens"], *(step["token"] for step in steps_)]
     layers = []
     for k, layer in enumerate(steps_[0]["attention"]):
-        weights = np.zeros((len(layer["heads"]), len(steps_), len(tokens)))       # (h_sel, m, n + m)
+        dtype = layer["weights"].dtype                                              # the run's: float32 stays so
+        weights = np.zeros((len(layer["heads"]), len(steps_), len(tokens)), dtype)  # (h_sel, m, n + m)
         for i, step in enumerate(steps_):
             row = step["attention"][k]["weights"]                                   # (h_sel, n + i + 1)
             weights[:, i, :row.shape[-1]] = row

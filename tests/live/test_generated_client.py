@@ -32,6 +32,7 @@ from service.edge.v1 import examples
 from service.edge.v1.heatmap import EXAMPLE as HEATMAP_EXAMPLE
 from service.edge.v2.routes import EXAMPLE_REQUEST as V2_EXAMPLE
 from service.operations.catalogue import DEFAULT_NAME, DEFAULTS
+from service.operations.registry import OPERATIONS
 from tests.close import EXAMPLE, assert_close
 from tests.harness import ROOT
 from tests.live.conftest import gunicorn_server
@@ -116,7 +117,15 @@ def cell_values(svg: str) -> list[float]:
 
 
 def flat_weights(answer: dict[str, Any]) -> list[float]:
-    """An answer's weights in the heatmap's cell order (a stack's: layer by layer)."""
+    """An answer's weights in the heatmap's cell order (a stack's: layer by layer; a generation's: each step's row
+    over every token, zeros past its own)."""
+    if "steps" in answer:
+        width, steps = len(answer["tokens"]) + len(answer["steps"]), answer["steps"]
+        rows = [np.asarray([layer["weights"] for layer in step["attention"]]) for step in steps]  # each (L, h, keys)
+        padded = np.zeros((*rows[0].shape[:2], len(steps), width))                         # (L, h, m, n + m)
+        for i, row in enumerate(rows):
+            padded[:, :, i, :row.shape[-1]] = row
+        return padded.ravel().tolist()
     if "layers" in answer:
         return np.ravel([layer["weights"] for layer in answer["layers"]]).tolist()
     return np.ravel(answer["weights"]).tolist()
@@ -130,9 +139,12 @@ Call = Callable[[ModuleType, ModuleType, Any], None]
 
 
 def json_and_svg(model: str, path: str, name: str, enum: str = "") -> tuple[Call, Call]:
-    """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights."""
+    """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights.
+    A path's model is the documented example's."""
+    served = OPERATIONS[name].path_example.get("model", DEFAULT_NAME)
+
     def kwargs(package: ModuleType, suffix: str) -> dict[str, Any]:
-        return {"model": getattr(package.models, f"{enum}{suffix}Model")(DEFAULT_NAME)} if enum else {}
+        return {"model": getattr(package.models, f"{enum}{suffix}Model")(served)} if enum else {}
 
     def call_json(module: ModuleType, package: ModuleType, client: Any) -> None:
         response = module.sync_detailed(client=client, body=body_of(package, model, examples.request(name)),
@@ -146,7 +158,7 @@ def json_and_svg(model: str, path: str, name: str, enum: str = "") -> tuple[Call
         assert response.status_code == 200 and response.headers["content-type"].startswith("image/svg+xml")
         # unrounded weights: the picture ignores decimals
         raw = {key: value for key, value in examples.request(name).items() if key != "decimals"}
-        answer = client.get_httpx_client().post(path.replace("{model}", DEFAULT_NAME), json=raw).json()
+        answer = client.get_httpx_client().post(path.replace("{model}", served), json=raw).json()
         assert cell_values(response.parsed) == flat_weights(answer)
 
     return call_json, call_svg
@@ -273,6 +285,8 @@ MULTI, MULTI_SVG = json_and_svg("MultiHeadRequest", "/v1/multi-head-attention", 
 ENCODER, ENCODER_SVG = json_and_svg("EncoderRequest", "/v1/encoder", "encoder")
 MODEL, MODEL_SVG = json_and_svg("ModelAttentionRequest", "/v1/models/{model}/attention", "model-attention",
                                 enum="PostV1ModelsModelAttention")
+GENERATE, GENERATE_SVG = json_and_svg("GenerateRequest", "/v1/models/{model}/generate", "generate",
+                                      enum="PostV1ModelsModelGenerate")
 
 
 def embed(module: ModuleType, package: ModuleType, client: Any) -> None:
@@ -366,6 +380,7 @@ CALLS: dict[str, Call] = {
     "post_v1_multi_head_attention": MULTI, "post_v1_multi_head_attention_heatmap": MULTI_SVG,
     "post_v1_encoder": ENCODER, "post_v1_encoder_heatmap": ENCODER_SVG,
     "post_v1_models_model_attention": MODEL, "post_v1_models_model_attention_heatmap": MODEL_SVG,
+    "post_v1_models_model_generate": GENERATE, "post_v1_models_model_generate_heatmap": GENERATE_SVG,
     "post_v1_embed": embed,
     "get_v1_positional_encoding": plain("/v1/positional-encoding", **examples.request("positional-encoding")),
     "get_v1_causal_mask": plain("/v1/causal-mask", **examples.request("causal-mask")),
