@@ -345,11 +345,12 @@ class Gunicorn:
         self.stop()
 
 
-def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path) -> str:
+def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path, host: str = "127.0.0.1") -> str:
     """deploy/nginx.conf with only ports and paths changed, each replacement checked to apply once.
 
-    ``listen 80`` -> the loopback port; the compose upstream ``server api:8000`` line -> one line per
-    local instance; pid, logs and temp paths -> ``workdir``; ``user`` (root in CI) kept as root.
+    ``listen 80`` -> ``host`` (loopback; tests/hosts.py: a host's own address) and the port; the compose
+    upstream ``server api:8000`` line -> one line per local instance; pid, logs and temp paths -> ``workdir``;
+    ``user`` (root in CI) kept as root.
     """
     text = NGINX_CONF
     [upstream] = re.findall(r"^\s*server api:8000\b[^;]*;\n", text, re.M)
@@ -357,7 +358,7 @@ def render_nginx_conf(listen: int, upstreams: list[str], workdir: Path) -> str:
     replacements = [
         ("_temp_path /tmp/nginx-", f"_temp_path {workdir}/nginx-"),
         (upstream, servers),
-        ("listen 80;", f"listen 127.0.0.1:{listen};"),
+        ("listen 80;", f"listen {host}:{listen};"),
         ("pid /tmp/nginx.pid;", f"pid {workdir}/nginx.pid;"),
         ("error_log /dev/stderr warn;", f"error_log {workdir}/error.log warn;"),
         ("access_log /dev/stdout json;", f"access_log {workdir}/access.log json;"),
@@ -455,14 +456,8 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def ping(self) -> bool:
-        """Whether the server answers PING (with the password, if it has one) now (RESP's inline form, over a plain
-        socket): PONG, or NOAUTH's refusal when it wants a password."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
-        except OSError:  # not listening yet
-            return False
+        """Whether the server answers PING now (:func:`redis_answers`)."""
+        return redis_answers("127.0.0.1", self.port)
 
     def pause(self) -> None:
         """SIGSTOP: the server stays connected and listening, and answers nothing (a silent Redis)."""
@@ -495,6 +490,17 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def redis_answers(host: str, port: int) -> bool:
+    """Whether a Redis at ``host:port`` answers PING now (RESP's inline form, over a plain socket): PONG, or
+    NOAUTH's refusal when it wants a password."""
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+    except OSError:  # not listening yet
+        return False
 
 
 def redis_available() -> bool:

@@ -92,10 +92,7 @@ class Worker:
     def tasks(self, task: str) -> tuple[int, int]:
         """How many ``task`` tasks (chunk, validate, finalize, reap) this worker has started and finished so far
         (Huey's log lines: "Executing <name>: <id>", "<name>: <id> executed in ...")."""
-        name = f"service.jobs.tasks.{task}:"
-        log = self.log().splitlines()
-        return (sum(f"Executing {name}" in line for line in log),
-                sum(name in line and " executed in " in line for line in log))
+        return huey_tasks(self.log(), task)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -113,6 +110,15 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def huey_tasks(log: str, task: str) -> tuple[int, int]:
+    """How many ``task`` tasks a worker's ``log`` shows started and finished (Huey's log lines: "Executing
+    <name>: <id>", "<name>: <id> executed in ...")."""
+    name = f"service.jobs.tasks.{task}:"
+    lines = log.splitlines()
+    return (sum(f"Executing {name}" in line for line in lines),
+            sum(name in line and " executed in " in line for line in lines))
 
 
 def frozen_holding(workers: Iterable[Worker], task: str, timeout: float = 30) -> Worker:
@@ -218,12 +224,19 @@ def results(server: str, batch_: dict[str, Any], ids: Iterable[str],
     both files, no other, and ``request_counts`` equal to the lines."""
     output = lines(server, batch_["output_file_id"], headers)
     errors = lines(server, batch_["error_file_id"], headers)
+    assert_accounted(output, errors, ids, batch_["request_counts"])
+    return {line["custom_id"]: line for line in output}, {line["custom_id"]: line for line in errors}
+
+
+def assert_accounted(output: list[dict[str, Any]], errors: list[dict[str, Any]], ids: Iterable[str],
+                     counts: Mapping[str, int]) -> None:
+    """Every id of ``ids`` in exactly one line of ``output`` and ``errors``, none twice, no other; ``counts`` (the
+    batch's ``request_counts``) equal to the lines."""
     seen = [line["custom_id"] for line in output + errors]
     ids = list(ids)
     assert len(seen) == len(set(seen)), f"{len(seen) - len(set(seen))} custom_ids twice"
     assert sorted(seen) == sorted(ids), f"{len(set(ids) - set(seen))} missing, {len(set(seen) - set(ids))} unknown"
-    assert batch_["request_counts"] == {"total": len(ids), "completed": len(output), "failed": len(errors)}
-    return {line["custom_id"]: line for line in output}, {line["custom_id"]: line for line in errors}
+    assert dict(counts) == {"total": len(ids), "completed": len(output), "failed": len(errors)}, counts
 
 
 def assert_answers(output: dict[str, Any], expected: Mapping[str, Any]) -> None:
