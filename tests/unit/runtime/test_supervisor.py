@@ -142,7 +142,8 @@ def test_a_worker_that_ignores_sigint_is_killed_with_its_group_after_the_timeout
     [(pid, child)] = ready(tmp_path).items()
     assert os.getpgid(child) == pid  # what it forked shares its group
     workers.stop()
-    assert exited(pid) and exited(child)
+    assert exited(pid)  # reaped by the supervisor; its child, killed with the group, is init's to reap:
+    wait_for(lambda: exited(child), 10, "the worker's child gone")  # a moment later on a loaded machine
     assert "still running 0.5 s after the stop signal: SIGKILL" in caplog.text
     assert "was killed by SIGKILL" in caplog.text
     assert not list(tmp_path.glob("*.SIGINT"))
