@@ -4,6 +4,7 @@ head) with the API's numbers, its candidates and its logit lens; a refused reque
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -203,3 +204,44 @@ def test_a_64_bit_seed_travels_exactly_and_draws_what_the_api_draws(page, live):
     assert error.startswith("/seed: a whole number")
     assert page.find_element("css selector", "#gen-status").text == "Nothing sent (see below)."
     assert console_errors(page) == []
+
+
+# The page's fetch of generate replaced by a stream of ``arguments[0]`` cut into 7-character chunks (events split
+# anywhere, as TCP may split them); every other request goes to the server.
+FAKE_STREAM = """const [text, realFetch] = [arguments[0], window.fetch];
+window.fetch = (url, options) => {
+  if (!String(url).includes('/generate')) return realFetch(url, options);
+  const bytes = new TextEncoder().encode(text);
+  const body = new ReadableStream({start(controller) {
+    for (let i = 0; i < bytes.length; i += 7) controller.enqueue(bytes.slice(i, i + 7));
+    controller.close();
+  }});
+  return Promise.resolve(new Response(body, {headers: {'Content-Type': 'text/event-stream'}}));
+};"""
+
+
+def test_an_error_event_midway_is_shown_and_the_tokens_before_it_stay(page, live):
+    """A failure after the status line is an ``event: error`` with a problem (the service's own event format)."""
+    step = api_generation(live, 1)["steps"][0]
+    problem = {"type": "about:blank", "title": "Internal Server Error", "status": 500,
+               "detail": "The server failed to finish this generation; this is a bug."}
+    text = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in
+                   [("token", step), ("token", {**step, "index": 1}), ("error", problem)])
+    page.execute_script(FAKE_STREAM, text)
+    page.find_element("css selector", "#run-generate").click()
+    error = wait_for(page, "const e = document.querySelector('#gen-error'); return !e.hidden && e.textContent")
+    assert error == problem["detail"]
+    assert page.find_element("css selector", "#gen-status").text == "The generation stopped midway (see below)."
+    assert page.execute_script("return document.querySelectorAll('#gen-new-tokens button').length") == 2
+    assert console_errors(page) == []
+
+
+def test_generate_mode_fits_a_phone(page, live):
+    page.set_window_size(390, 844)
+    try:
+        generate(page, tokens=4)
+        click_token(page, "generated", 3, None)
+        width = page.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"the page scrolls sideways at phone width: {width}"
+    finally:
+        page.set_window_size(1280, 1000)
