@@ -233,6 +233,34 @@ def test_an_error_event_midway_is_shown_and_the_tokens_before_it_stay(page, live
     assert error == problem["detail"]
     assert page.find_element("css selector", "#gen-status").text == "The generation stopped midway (see below)."
     assert page.execute_script("return document.querySelectorAll('#gen-new-tokens button').length") == 2
+    assert wait_for(page, PROMPT_TOKENS) == prompt_tokens(live)  # no done event: from the attention endpoint
+    assert console_errors(page) == []
+
+
+PROMPT_TOKENS = """const b = [...document.querySelectorAll('#gen-prompt-tokens button')];
+    return b.length > 0 && b.map(button => button.textContent);"""
+
+
+def prompt_tokens(url: str) -> list[str]:
+    """The prompt's tokens as the page shows them (whitespace made visible)."""
+    answer = requests.post(f"{url}/v1/models/{MODEL}/attention", json={"text": PROMPT}, timeout=GENERATION).json()
+    return [token.replace(" ", "␣") for token in answer["tokens"]]
+
+
+def test_stop_ends_the_stream_and_the_prompt_tokens_still_come(page, live):
+    set_field(page, "#gen-text", PROMPT)
+    set_field(page, "#gen-max-new-tokens", "24")
+    set_checkbox(page, "#gen-lens", True)                       # ~7 steps' compute a token: time to press Stop
+    page.find_element("css selector", "#run-generate").click()
+    wait_for(page, "return document.querySelectorAll('#gen-new-tokens button').length >= 1")
+    page.find_element("css selector", "#stop-generate").click()
+    status = wait_for(page, "const s = document.querySelector('#gen-status').textContent;"
+                            "return s.startsWith('Stopped') && s")
+    shown = page.execute_script("return document.querySelectorAll('#gen-new-tokens button').length")
+    assert status == f"Stopped after {shown} tokens." and shown < 24
+    assert wait_for(page, PROMPT_TOKENS) == prompt_tokens(live)
+    assert page.find_element("css selector", "#gen-error").is_displayed() is False
+    assert page.find_element("css selector", "#run-generate").is_enabled()
     assert console_errors(page) == []
 
 

@@ -5,8 +5,8 @@
 // thumbnail, fillSelect): a mode of its own file, so that the other modes change without touching it.
 "use strict";
 
-// What the last run gave: the request, its decoder, the prompt's tokens (at the done event), each step as it came,
-// and the prompt's attention (asked for once, when a prompt token is first clicked).
+// What the last run gave: the request, its decoder, each step as it came, the prompt's tokens (at the done event)
+// and its attention (asked for once, when a prompt token is first clicked).
 let generated = null;
 let stopGeneration = null;  // aborts the stream under way
 
@@ -81,10 +81,25 @@ function addStep(step) {
   generateStatus(`Generating… ${generated.steps.length} tokens so far.`);
 }
 
+function showPromptTokens(tokens, ids) {
+  generated.promptTokens = tokens;
+  $("#gen-prompt-tokens").replaceChildren(...tokens.map((token, i) =>
+    tokenButton(token, "prompt", i, `prompt token ${i}, id ${ids[i]}`)));
+}
+
+// A stream cut short has no done event to name the prompt's tokens: the attention endpoint tokenizes the same
+// text, and its rows are what a click on a prompt token shows anyway.
+async function showPromptTokensAfterCut() {
+  try {
+    const {tokens, token_ids: ids} = await promptAttention();
+    showPromptTokens(tokens, ids);
+  } catch (failure) {
+    $("#gen-prompt-tokens").replaceChildren(element("span", {class: "help"}, `(prompt: ${failure.message}) `));
+  }
+}
+
 function finish(summary) {
-  generated.summary = summary;
-  $("#gen-prompt-tokens").replaceChildren(...summary.tokens.map((token, i) =>
-    tokenButton(token, "prompt", i, `prompt token ${i}, id ${summary.token_ids[i]}`)));
+  showPromptTokens(summary.tokens, summary.token_ids);
   $("#gen-text-out").textContent = summary.text;  // without a stop string, which the steps' texts may hold
   generateStatus(`Done: ${summary.usage.completion_tokens} new tokens after ${summary.usage.prompt_tokens} ` +
     `prompt tokens; finish: ${summary.finish_reason}; seed ${summary.seed}.`);
@@ -109,7 +124,7 @@ async function runGenerate(event) {
   $("#run-generate").disabled = true;
   $("#stop-generate").disabled = false;
   clearGeneration();
-  generated = {model, body: null, steps: [], summary: null, promptAttention: null};
+  generated = {model, body: null, steps: [], promptTokens: null, promptAttention: null};
   generateStatus("Sending the prompt…");
   try {
     const body = generated.body = readGeneration(model);
@@ -122,6 +137,7 @@ async function runGenerate(event) {
       else if (name === "done") finish(data);
       else if (name === "error") throw problemError(data, "The generation failed midway.");
     }
+    if (!generated.promptTokens) throw new Error("The stream ended before its done event (the connection was cut).");
   } catch (failure) {
     if (failure.name === "AbortError") generateStatus(`Stopped after ${generated.steps.length} tokens.`);
     else if (generated.steps.length) showGenerateError(failure, "The generation stopped midway (see below).");
@@ -130,6 +146,7 @@ async function runGenerate(event) {
     $("#run-generate").disabled = false;
     $("#stop-generate").disabled = true;
   }
+  if (generated.steps.length && !generated.promptTokens) await showPromptTokensAfterCut();
 }
 
 // The prompt's attention, asked for once: a prompt token's row is its row of the (h, n, n) weights of the same
@@ -153,8 +170,7 @@ async function tokenRows(kind, index) {
 
 // Every token so far up to a key position: the prompt's, then the generated ones.
 function keyLabels(count) {
-  const prompt = generated.summary ? generated.summary.tokens : [];
-  return [...prompt, ...generated.steps.map((step) => step.token)].slice(0, count).map(visible);
+  return [...generated.promptTokens ?? [], ...generated.steps.map((step) => step.token)].slice(0, count).map(visible);
 }
 
 async function chooseToken(kind, index) {
@@ -163,7 +179,7 @@ async function chooseToken(kind, index) {
     button.setAttribute("aria-pressed", String(chosen));
   }
   const step = kind === "generated" ? generated.steps[index] : null;
-  const label = kind === "generated" ? step.token : generated.summary.tokens[index];
+  const label = kind === "generated" ? step.token : generated.promptTokens[index];
   $("#gen-token-heading").textContent = `${kind === "generated" ? "Generated" : "Prompt"} token ${index}: ` +
     `“${visible(label)}”`;
   showCandidates(step);
