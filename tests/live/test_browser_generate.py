@@ -55,10 +55,10 @@ new MutationObserver(() => { window.doneAt = window.doneAt ?? performance.now();
 DONE = "return document.querySelector('#gen-status').textContent.startsWith('Done') && window.doneAt !== null"
 
 
-def generate(driver: Any, *, tokens: int, lens: bool = False, chat: bool = False) -> None:
+def generate(driver: Any, *, tokens: int, lens: bool = False, chat: bool = False, text: str = PROMPT) -> None:
     """Generate from the form (greedy, as the page opens) and wait for the done event."""
     driver.find_element("css selector", "#gen-as-chat" if chat else "#gen-as-prompt").click()
-    set_field(driver, "#gen-text", PROMPT)
+    set_field(driver, "#gen-text", text)
     set_field(driver, "#gen-max-new-tokens", str(tokens))
     set_checkbox(driver, "#gen-lens", lens)
     driver.execute_script(WATCH)
@@ -273,3 +273,14 @@ def test_generate_mode_fits_a_phone(page, live):
         assert width[0] <= width[1], f"the page scrolls sideways at phone width: {width}"
     finally:
         page.set_window_size(1280, 1000)
+
+
+def test_a_prompt_too_long_for_its_attention_says_so_when_a_prompt_token_is_clicked(page, live):
+    """Every layer and head of a 100-token prompt's (n, n) weights pass max_weight_elements (270 x 100^2); the
+    generation's own rows (a few steps) do not."""
+    generate(page, tokens=2, text="one two three four five " * 20)
+    page.find_element("css selector", "#gen-prompt-tokens button[data-index='5']").click()
+    shown = wait_for(page, "const e = document.querySelector('#gen-view .error'); return e && e.textContent")
+    assert shown.startswith("The prompt's attention (POST …/attention, every layer and head) was refused:\n/layers: ")
+    assert "max_weight_elements" in shown
+    assert [e for e in console_errors(page) if "422" not in e["message"]] == []  # the refused request only

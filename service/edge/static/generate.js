@@ -188,8 +188,10 @@ async function chooseToken(kind, index) {
   $("#gen-view").replaceChildren(element("p", {class: "help"}, "Asking for its attention…"));
   try {
     showTokenView(await tokenRows(kind, index));
-  } catch (failure) {
-    $("#gen-view").replaceChildren(element("p", {class: "error", role: "alert"}, failure.message));
+  } catch (failure) {  // a prompt's (h, n, n) weights in all 30 layers pass max_weight_elements past ~88 tokens
+    const what = kind === "prompt" ? "The prompt's attention (POST …/attention, every layer and head) was " +
+      "refused:\n" : "";
+    $("#gen-view").replaceChildren(element("p", {class: "error", role: "alert"}, what + failure.message));
   }
 }
 
