@@ -26,15 +26,24 @@ function problemLine({pointer, parameter, header, detail}) {
   return `${pointer || parameter || header || "the body"}: ${detail}`;
 }
 
+// A problem (RFC 9457) as an Error carrying the API's explanation: one line per error, else its detail.
+function problemError(problem, fallback = "The request failed.") {
+  const where = (problem.errors || []).map(problemLine);
+  return new Error(where.length ? where.join("\n") : problem.detail || fallback);
+}
+
+// A failed answer as problemError's Error (a body that is not problem+json is its detail).
+async function failedAnswer(response) {
+  const type = response.headers.get("Content-Type") || "";
+  const problem = type.includes("json") ? await response.json() : {detail: await response.text()};
+  return problemError(problem, response.statusText);
+}
+
 // fetch JSON or SVG; a problem+json answer becomes an Error carrying the API's explanation.
 async function api(path, options = {}) {
   const response = await fetch(path, options);
+  if (!response.ok) throw await failedAnswer(response);
   const type = response.headers.get("Content-Type") || "";
-  if (!response.ok) {
-    const problem = type.includes("json") ? await response.json() : {detail: await response.text()};
-    const where = (problem.errors || []).map(problemLine);
-    throw new Error(where.length ? where.join("\n") : problem.detail || response.statusText);
-  }
   return type.includes("svg") ? response.text() : response.json();
 }
 
@@ -464,12 +473,13 @@ const LEVELS = Array.from({length: 256}, (_, level) => {
   return VIRIDIS[low].map((c, i) => Math.round(c + (VIRIDIS[low + 1][i] - c) * (position - low)));
 });
 
-// An (n, n) matrix as an n x n pixel canvas (CSS scales it up, unsmoothed).
+// A (rows, n) matrix as a rows x n pixel canvas (CSS scales it up, unsmoothed): a head's (n, n) weights, or the
+// generate mode's one row of a token.
 function thumbnail(weights) {
-  const n = weights.length;
-  const canvas = element("canvas", {width: n, height: n, "aria-hidden": "true"});
+  const [rows, n] = [weights.length, weights[0].length];
+  const canvas = element("canvas", {width: n, height: rows, "aria-hidden": "true"});
   const context = canvas.getContext("2d");
-  const image = context.createImageData(n, n);
+  const image = context.createImageData(n, rows);
   weights.forEach((row, i) => row.forEach((value, j) => {
     const rgb = LEVELS[Math.round(Math.min(Math.max(value, 0), 1) * 255)];
     image.data.set([...rgb, 255], 4 * (i * n + j));
@@ -602,7 +612,7 @@ async function loadModels() {
 // The models are asked for on the first visit to the real mode only: the toy mode never calls them.
 function chooseMode() {
   const real = $("#mode-real").checked;
-  $("#toy-mode").hidden = real;
+  $("#toy-mode").hidden = !$("#mode-toy").checked;  // the generate mode (generate.js) is a third
   $("#real-mode").hidden = !real;
   const select = $("#model");
   if (!real || select.dataset.loaded) return;
