@@ -27,7 +27,7 @@ import numpy as np
 
 from .byte_bpe import ByteBPE
 from .errors import AttentionError
-from .llama import Llama
+from .llama import KVCache, Llama, StepOutput
 from .sampling import Choice, Sampler, log_softmax, most_likely
 
 FINISH_REASONS = ("stop", "length", "stop_sequence")  # end-of-text token, token budget, a stop string
@@ -162,15 +162,23 @@ class Generation:
                 text += self.text_so_far.finish()
                 self.finish_reason = "stop" if ended else "stop_sequence" if self.text_so_far.stopped else "length"
             attention = None
-            if rows or self.finish_reason is None:  # the token's own row, and the next token's logits
-                step = llama.step(cache, np.array([choice.token]), return_weights=rows, weights_of=options.layers,
-                                  heads=options.heads, hidden_states=options.logit_lens)
-                logits, states = step.logits[0], _first_of_batch(step.hidden_states)
-                if rows:
-                    attention = [step.weights[layer][0] for layer in options.layers]   # each (h_sel, n_keys)
+            if rows:  # the token's own row: its position is computed before the step is given
+                fed = self._feed(cache, choice.token)
+                logits, states = fed.logits[0], _first_of_batch(fed.hidden_states)
+                attention = [fed.weights[layer][0] for layer in options.layers]       # each (h_sel, n_keys)
             yield Step(index, choice, data, text, attention, lens)
             if self.finish_reason is not None:
                 return
+            if not rows:  # after the step is given: a reader sees the token before the next position is computed
+                fed = self._feed(cache, choice.token)
+                logits, states = fed.logits[0], _first_of_batch(fed.hidden_states)
+
+    def _feed(self, cache: KVCache, token: int) -> StepOutput:
+        """The new token through the model (its row appended to the cache): the next logits, and its attention
+        row and hidden states when asked."""
+        options = self.options
+        return self.llama.step(cache, np.array([token]), return_weights=options.layers is not None,
+                               weights_of=options.layers, heads=options.heads, hidden_states=options.logit_lens)
 
     def _lens(self, states: list[np.ndarray]) -> Lens:
         """What each of the n_layers + 1 hidden states (d_model,) would predict: the top LENS_TOP of each."""

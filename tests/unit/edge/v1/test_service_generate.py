@@ -120,9 +120,9 @@ def test_the_stream_carries_the_answers_steps_then_the_rest(client):
 def test_an_error_midway_is_an_error_event(client, monkeypatch):
     step, calls = attention.Llama.step, []
 
-    def failing(self, *args, **kwargs):  # the second step: after the first token's event
+    def failing(self, *args, **kwargs):  # the first step: the first token's event is sent before it
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == 1:
             raise attention.AttentionError("X", "values overflow float32 in layer 3")
         return step(self, *args, **kwargs)
 
