@@ -44,8 +44,9 @@ def messages_field(description: str) -> BoundedList:
                        metadata={"description": description})
 
 
-class ModelAttentionRequest(OutputOptions):
-    """A sentence (or a pair, or a chat) through a trained model; which layers and heads to return, and how much."""
+class ModelTextRequest(OutputOptions):
+    """A sentence (or a pair, or a chat) for a trained model, the layers and heads asked for and the precision: what
+    every operation on a trained model's text reads."""
 
     text = fields.String(metadata={
         "description": "Any text; the model's own tokenizer splits it into tokens (an encoder's word pieces between "
@@ -59,10 +60,6 @@ class ModelAttentionRequest(OutputOptions):
     heads = _indices("heads")
     dtype = fields.String(load_default="float32", validate=validate.OneOf(["float32", "float64"]), metadata={
         "description": "float32: the model's own precision; float64 computes from the same weights in float64."})
-    return_hidden_states = strict_bool(load_default=False, metadata={
-        "description": "Add `hidden_states`: the embeddings and every layer's output, n_layers + 1 arrays."})
-    trace = strict_bool(load_default=False, metadata={
-        "description": "Add every selected layer's intermediates (`layers[i].trace`), per selected head."})
 
     @validates("text", "text_pair")
     def _text(self, value: str, data_key: str, **kwargs: Any) -> None:
@@ -91,6 +88,15 @@ class ModelAttentionRequest(OutputOptions):
             if name in data:
                 data[name] = sorted(data[name])
         return data
+
+
+class ModelAttentionRequest(ModelTextRequest):
+    """A sentence (or a pair, or a chat) through a trained model; which layers and heads to return, and how much."""
+
+    return_hidden_states = strict_bool(load_default=False, metadata={
+        "description": "Add `hidden_states`: the embeddings and every layer's output, n_layers + 1 arrays."})
+    trace = strict_bool(load_default=False, metadata={
+        "description": "Add every selected layer's intermediates (`layers[i].trace`), per selected head."})
 
 
 class ModelAttentionItem(ModelAttentionRequest):

@@ -142,7 +142,7 @@ def work(params: Params, found: ModelInput) -> Work:
     return Work((("max_sequence_length", n, where),),
                 **sizes.weighing(params, len(found.layers) * len(found.heads) * n * n, pointer("layers")),
                 along=(hidden, Along(n * config.d_model, arrays, where)),
-                macs=n * config.n_layers * _macs_per_token(model), fewer=FEWER)
+                macs=n * config.n_layers * macs_per_token(model), fewer=FEWER)
 
 
 def hidden_width(model: ServedModel) -> int:
@@ -151,7 +151,7 @@ def hidden_width(model: ServedModel) -> int:
     return model.config.d_ff * (2 if model.causal else 1)
 
 
-def _macs_per_token(model: ServedModel) -> int:
+def macs_per_token(model: ServedModel) -> int:
     """Multiply-adds of one layer's projections and feed-forward for one token."""
     config = model.config
     if model.causal:  # W_q, W_o; W_k, W_v of the key/value heads; gate, up and down

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from marshmallow import Schema
 
+from schemas.analyses import ExplainItem, ExplainRequest, ExplainResponse
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
@@ -29,7 +30,7 @@ from schemas.reference import (
     PositionalEncodingResponse,
 )
 from schemas.v2 import AttentionParameters, MultiHeadParameters
-from service.operations import attention, catalogue, layers, pretrained, reference
+from service.operations import analyses, attention, catalogue, layers, pretrained, reference
 from service.operations.catalogue import DEFAULT_NAME
 from service.operations.inputs import Prepared, sized
 from service.operations.rounding import round_arrays
@@ -99,7 +100,9 @@ class Drawing:
     """How an operation's weights are drawn (service.operations.pictures): the title, the names of the leading axes
     of its weights (``before_batch`` and ``after_batch`` the optional batch axis), ``settings(params, result)``: the
     run's settings, written in the picture, ``mask(params)``: the request's mask (true = may attend) as it lies
-    over the weights, and ``causal(params)``: whether a key after its query is hidden too."""
+    over the weights, and ``causal(params)``: whether a key after its query is hidden too. ``picture(params, result,
+    color_scale)``: an operation whose answer is more than weights draws it itself (its cells checked when it was
+    prepared)."""
 
     title: str
     before_batch: tuple[str, ...]
@@ -107,6 +110,7 @@ class Drawing:
     settings: Callable[[Params, Result], list[str]]
     mask: Callable[[Params], np.ndarray | None] = request_mask
     causal: Callable[[Params], bool] = request_causal
+    picture: Callable[[Params, Result, str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,24 @@ the last hidden state and, for the selected layers and heads (default all), the 
         path="/models/<model>/attention", path_parameters={"model": catalogue.lookup},
         path_example={"model": DEFAULT_NAME},
         grouping=Grouping(pretrained.group_key, pretrained.compute_many)),
+    Operation(
+        "model-explain", "models", """Beyond raw weights: rollout, flow and norms of a trained model.
+
+A head's weights say where it looks, not what it moves, and a token reaches the output through every
+layer. methods: rollout (Abnar & Zuidema 2020: per layer 0.5 mean over heads of the weights + 0.5 I,
+rows renormalised, multiplied from the first layer up; (n, n) after each selected layer), flow (same
+paper: the maximum flow from each input token to each last-layer position through those layers, (n, n),
+at most max_flow_tokens tokens) and norms (Kobayashi et al. 2020: ||alpha f(x)||, what each selected
+head and the whole layer move from each key into each query; per selected layer (h_sel, n, n) and
+(n, n)). The input is read as by POST /v1/models/{model}/attention. The example: rollout after the
+last layer (5) and the norms of its head 0 on "the dog ate".""",
+        ExplainRequest, ExplainResponse, analyses.prepare, analyses.compute,
+        {"text": "the dog ate", "methods": ["rollout", "norms"], "layers": [5], "heads": [0], "decimals": 3},
+        drawing=Drawing("Beyond raw weights", ("layer",), ("head",), pretrained.settings,
+                        causal=pretrained.is_causal, picture=analyses.picture),
+        batch_request=ExplainItem,
+        path="/models/<model>/explain", path_parameters={"model": catalogue.lookup},
+        path_example={"model": DEFAULT_NAME}),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
 V2_MODELS = {op.v2.name: op for op in OPERATIONS.values() if op.v2 is not None}
