@@ -1,18 +1,18 @@
-"""Beyond raw weights: POST /v1/models/{model}/explain, and the ``methods`` /v1/encoder shares with it.
+"""Beyond raw weights: the ``methods`` and the members that answer them, shared by POST /v1/models/{model}/explain
+(schemas.explain) and /v1/encoder (schemas.models).
 
-Only the request's form is checked here (known methods, each once; members that select nothing of what was asked);
-what a method costs is judged by the operation, against the limits, before it computes.
+Only the request's form is checked here (known methods, each once); what a method costs is judged by the
+operation, against the limits, before it computes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import ValidationError, fields, validate, validates, validates_schema
+from marshmallow import ValidationError, fields, validate
 
 from schemas.base import Schema
-from schemas.fields import BoundedList, strict_bool
-from schemas.pretrained import ModelTextRequest
+from schemas.fields import BoundedList
 from schemas.tensor import Tensor
 
 METHODS = ("rollout", "flow", "norms")  # the computations of attention/analyses.py, as the answer names them
@@ -34,36 +34,6 @@ def repeated_method(value: list[str]) -> None:
     for i, name in enumerate(value):
         if name in value[:i]:
             raise ValidationError({i: [f"{name} is repeated."]})
-
-
-class ExplainRequest(ModelTextRequest):
-    """A text (or a pair, or a chat) through a trained model, and which readings beyond its raw weights to compute."""
-
-    methods = methods_field(f"What to compute, each at most once: {METHODS_TEXT}", required=True)
-    return_weights = strict_bool(load_default=False, metadata={
-        "description": "Add the raw weights beside the norms (`norms[i].weights`), to compare them."})
-
-    @validates("methods")
-    def _distinct_methods(self, value: list[str], data_key: str, **kwargs: Any) -> None:
-        repeated_method(value)
-
-    @validates_schema
-    def _selects_something(self, data: dict[str, Any], **kwargs: Any) -> None:
-        methods = data.get("methods", METHODS)  # without it, its own error alone
-        if "heads" in data and "norms" not in methods:
-            raise ValidationError("heads selects the heads of norms, which methods does not ask for.", "heads")
-        if data.get("return_weights") and "norms" not in methods:
-            raise ValidationError("return_weights adds the raw weights beside the norms, which methods does not "
-                                  "ask for.", "return_weights")
-        if "layers" in data and not {"rollout", "norms"} & set(methods):
-            raise ValidationError("layers selects the layers of rollout and norms; flow is always of the last "
-                                  "layer.", "layers")
-
-
-class ExplainItem(ExplainRequest):
-    """A /v1/batch item of op model-explain: the endpoint's body plus the model's name."""
-
-    model = fields.String(required=True, metadata={"description": "A served model's name (GET /v1/models)."})
 
 
 class RolloutLayer(Schema):
@@ -101,16 +71,3 @@ def norms_field() -> fields.List:
     """The ``norms`` member of an answer."""
     return fields.List(fields.Nested(NormsLayer), metadata={
         "description": "With methods norms: one entry per selected layer (default all), its selected heads."})
-
-
-class ExplainResponse(Schema):
-    """The tokens, and one member per method asked for."""
-
-    tokens = fields.List(fields.String(), required=True)
-    token_ids = fields.List(fields.Integer(), required=True)
-    rollout = rollout_field()
-    flow = Tensor(ranks=(2,), metadata={
-        "description": "With methods flow: (n, n), [i, j] the maximum flow from input token j to position i after "
-                       "the last layer, in [0, 1] (capacities in millionths); rows need not sum to 1. 0 where no "
-                       "path leads (a decoder's j > i)."})
-    norms = norms_field()

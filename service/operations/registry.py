@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from marshmallow import Schema
 
-from schemas.analyses import ExplainItem, ExplainRequest, ExplainResponse
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
+from schemas.explain import ExplainItem, ExplainRequest, ExplainResponse
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
 from schemas.pretrained import ModelAttentionItem, ModelAttentionRequest, ModelAttentionResponse
 from schemas.reference import (
