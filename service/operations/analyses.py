@@ -22,7 +22,6 @@ import numpy as np
 
 import attention as engine
 from service.operations import pretrained, sizes
-from service.operations.catalogue import ServedModel
 from service.operations.heatmap import combined, render_heatmap
 from service.operations.inputs import EngineCall, Prepared, Result
 from service.operations.sizes import Along, Params, Work
@@ -62,12 +61,7 @@ def admit_flow(methods: Sequence[str], n: int, where: str, limits: Limits) -> No
 def prepare(params: Params, limits: Limits) -> Prepared:
     """The request made ready: the text judged and tokenized once, the layers and heads chosen (as for the model's
     attention), then what the methods cost judged against the limits."""
-    pretrained.admit(params, limits)
-    model: ServedModel = params["model"]
-    config = model.config
-    found = pretrained.ModelInput(model, pretrained.positioned(model, params),
-                                  pretrained.selected(params, "layers", config.n_layers),
-                                  pretrained.selected(params, "heads", config.n_heads))
+    found = pretrained.model_input(params, limits)
     n = len(found.encoding.tokens)
     admit_flow(params["methods"], n, pointer(pretrained.input_member(params)), limits)
     size = work(params, found)
