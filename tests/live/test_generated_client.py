@@ -129,8 +129,19 @@ def body_of(package: ModuleType, model: str, example: dict[str, Any]) -> Any:
 Call = Callable[[ModuleType, ModuleType, Any], None]
 
 
-def json_and_svg(model: str, path: str, name: str, enum: str = "") -> tuple[Call, Call]:
-    """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights."""
+def explained_cells(answer: dict[str, Any]) -> list[float]:
+    """An explain answer (with return_weights) in its picture's cell order: rollout's layers, flow, then each
+    selected head's raw weights and its norms."""
+    parts = [[entry["values"] for entry in answer.get("rollout", [])], answer.get("flow", []),
+             [entry["weights"] for entry in answer.get("norms", [])],
+             [entry["head_norms"] for entry in answer.get("norms", [])]]
+    return [value for part in parts for value in np.ravel(part).tolist()]
+
+
+def json_and_svg(model: str, path: str, name: str, enum: str = "", drawn: Callable[[dict], list[float]] = flat_weights,
+                 **raw_options: Any) -> tuple[Call, Call]:
+    """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights
+    (``drawn(answer)``: the values it shows, in cell order, of the answer to the example with ``raw_options``)."""
     def kwargs(package: ModuleType, suffix: str) -> dict[str, Any]:
         return {"model": getattr(package.models, f"{enum}{suffix}Model")(DEFAULT_NAME)} if enum else {}
 
@@ -146,8 +157,8 @@ def json_and_svg(model: str, path: str, name: str, enum: str = "") -> tuple[Call
         assert response.status_code == 200 and response.headers["content-type"].startswith("image/svg+xml")
         # unrounded weights: the picture ignores decimals
         raw = {key: value for key, value in examples.request(name).items() if key != "decimals"}
-        answer = client.get_httpx_client().post(path.replace("{model}", DEFAULT_NAME), json=raw).json()
-        assert cell_values(response.parsed) == flat_weights(answer)
+        answer = client.get_httpx_client().post(path.replace("{model}", DEFAULT_NAME), json={**raw, **raw_options})
+        assert cell_values(response.parsed) == drawn(answer.json())
 
     return call_json, call_svg
 
@@ -273,6 +284,8 @@ MULTI, MULTI_SVG = json_and_svg("MultiHeadRequest", "/v1/multi-head-attention", 
 ENCODER, ENCODER_SVG = json_and_svg("EncoderRequest", "/v1/encoder", "encoder")
 MODEL, MODEL_SVG = json_and_svg("ModelAttentionRequest", "/v1/models/{model}/attention", "model-attention",
                                 enum="PostV1ModelsModelAttention")
+EXPLAIN, EXPLAIN_SVG = json_and_svg("ExplainRequest", "/v1/models/{model}/explain", "model-explain",
+                                    enum="PostV1ModelsModelExplain", drawn=explained_cells, return_weights=True)
 
 
 def embed(module: ModuleType, package: ModuleType, client: Any) -> None:
@@ -366,6 +379,7 @@ CALLS: dict[str, Call] = {
     "post_v1_multi_head_attention": MULTI, "post_v1_multi_head_attention_heatmap": MULTI_SVG,
     "post_v1_encoder": ENCODER, "post_v1_encoder_heatmap": ENCODER_SVG,
     "post_v1_models_model_attention": MODEL, "post_v1_models_model_attention_heatmap": MODEL_SVG,
+    "post_v1_models_model_explain": EXPLAIN, "post_v1_models_model_explain_heatmap": EXPLAIN_SVG,
     "post_v1_embed": embed,
     "get_v1_positional_encoding": plain("/v1/positional-encoding", **examples.request("positional-encoding")),
     "get_v1_causal_mask": plain("/v1/causal-mask", **examples.request("causal-mask")),
