@@ -29,6 +29,11 @@ from service.problems import LimitExceeded, pointer
 from service.settings import Limits
 
 FEWER = (pointer("layers"), pointer("heads"), pointer("methods"))
+# Flow's share of a batch's budget, in multiply-adds: it visits the layered graph's L n^2 edges once per pair of
+# tokens, L n^4 in all. MiniLM at 32 tokens: 184 ms for 6.3 M of them (29 ns each), where its forward pass does
+# 340 M multiply-adds in 13.8 ms (0.04 ns each): one edge of one pair ~700 multiply-adds, rounded up. A /v1/batch
+# then holds 4 MiniLM flows of 32 tokens (~0.8 s) within the default max_batch_elements, 45 of 16 tokens (~1 s).
+FLOW_MACS_PER_EDGE = 1024
 
 
 def maps(methods: Sequence[str], n: int, layers: int, heads: int, batch: int = 1) -> int:
@@ -77,7 +82,7 @@ def work(params: Params, found: pretrained.ModelInput) -> Work:
     plus the maps returned (:func:`maps`, with return_weights the selected heads' weights too), against
     max_weight_elements; the forward pass's numbers along the positions as for the model's attention (computed, not
     returned) and, with norms, each selected layer's h * n * d_model transformed values. The maps count once more
-    as returned in a batch's budget."""
+    as returned in a batch's budget, and flow its L n^4 edge visits (FLOW_MACS_PER_EDGE)."""
     model, config = found.model, found.model.config
     methods = params["methods"]
     n, layers, heads = len(found.encoding.tokens), len(found.layers), len(found.heads)
@@ -90,7 +95,8 @@ def work(params: Params, found: pretrained.ModelInput) -> Work:
     if "norms" in methods:
         along.append(Along(config.n_heads * n * config.d_model, 1, pointer("layers"), returned=False, repeat=layers))
     return Work((("max_sequence_length", n, where),), weights=held + returned, weights_where=pointer("methods"),
-                along=tuple(along), macs=n * config.n_layers * pretrained.macs_per_token(model), fewer=FEWER)
+                along=tuple(along), fewer=FEWER, macs=n * config.n_layers * pretrained.macs_per_token(model)
+                + ("flow" in methods) * FLOW_MACS_PER_EDGE * config.n_layers * n**4)
 
 
 def compute(prepared: Prepared) -> Result:

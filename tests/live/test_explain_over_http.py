@@ -35,7 +35,7 @@ def test_explain_answers_the_engines_numbers_its_picture_and_its_refusals_over_r
     np.testing.assert_allclose(rolled.sum(axis=-1), 1, atol=1e-5)
     flow = np.asarray(body["flow"], dtype=np.float32)
     np.testing.assert_allclose(flow, attention.flow(out.weights)[0], atol=1e-5)  # capacities in millionths
-    assert 0 <= flow.min() and flow.max() <= 1
+    assert flow.min() >= 0 and flow.max() <= 1
     np.testing.assert_allclose(np.asarray(body["norms"][0]["head_norms"], dtype=np.float32),
                                out.norms[5].heads[0, [0, 3]], **FLOAT32)
 

@@ -9,7 +9,8 @@ import pytest
 
 import attention
 from service.operations import analyses as explain_op
-from service.operations import catalogue
+from service.operations import catalogue, sizes
+from service.operations.registry import OPERATIONS
 from service.settings import Limits
 from tests.conftest import app_with, assert_problem
 from tests.unit.edge.v1.test_service_models import SENTENCE, answer
@@ -184,6 +185,27 @@ def test_the_size_model_counts_what_each_method_returns(never_computed, monkeypa
     monkeypatch.undo()
     for body in ({"methods": ["rollout"]}, {"methods": ["norms"], "layers": [0], "heads": [0]}):
         assert answer(client, {"text": "the dog ate", **body}, URL)
+
+
+def test_flow_counts_its_edges_in_a_batchs_budget():
+    """Flow visits the L n^2 edges once per pair of tokens: L n^4 * FLOW_MACS_PER_EDGE multiply-adds; with the
+    default max_batch_elements, a batch holds 4 MiniLM flows of 32 tokens and refuses 5 (413) before computing."""
+    operation = OPERATIONS["model-explain"]
+
+    def work(methods: list[str]) -> sizes.Work:
+        params = operation.resolved({**operation.request().load({"text": "the dog ate", "methods": methods}),
+                                     "model": MODEL})
+        return operation.prepare(params, Limits()).work
+
+    assert work(["rollout", "flow"]).macs - work(["rollout"]).macs == explain_op.FLOW_MACS_PER_EDGE * 6 * 5**4
+    client = app_with().test_client()
+    text = " ".join(["word"] * 30)  # [CLS], 30 words, [SEP]: 32 tokens
+    for count, status in ((5, 413), (4, 200)):
+        items = [{"id": str(i), "op": "model-explain", "body": {"model": MODEL, "text": text, "methods": ["flow"]}}
+                 for i in range(count)]
+        response = client.post("/v1/batch", json={"requests": items})
+        assert response.status_code == status, response.get_data(as_text=True)
+    assert {item["status"] for item in response.get_json()["responses"]} == {200}
 
 
 def test_the_picture_past_max_heatmap_cells_is_a_422_at_format(never_computed):
