@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import ValidationError, fields, validates_schema
+from marshmallow import ValidationError, fields, validates, validates_schema
 
+from schemas.analyses import methods_field, norms_field, repeated_method, rollout_field
 from schemas.attention import BATCHABLE, ProjectedTraceSchema
 from schemas.base import Schema
 from schemas.fields import seed, strict_bool, strict_int, tokens
@@ -95,6 +96,23 @@ class EncoderRequest(SentenceInput, OutputOptions, MaskOptions):
     trace = strict_bool(load_default=False, metadata={
         "description": "Add every layer's intermediates (`layers[i].trace`)."})
     mask = BoolTensor(load_default=None, ranks=(1, 2, 3, 4), **HEAD_MASK)  # per head, as MHA
+    methods = methods_field("Add readings beyond the raw weights, as POST /v1/models/{model}/explain names them "
+                            "(`rollout`, `norms`: every layer, every head): rollout, how much of each input token is "
+                            "in each position after a layer; norms, what each head and layer moves from a key into a "
+                            "query. flow is the trained models' only.")
+
+    @validates("methods")
+    def _offered(self, value: list[str], data_key: str, **kwargs: Any) -> None:
+        repeated_method(value)
+        if "flow" in value:
+            raise ValidationError({value.index("flow"): [
+                "flow does not apply to the toy encoder: its random weights route nothing worth a maximum flow per "
+                "pair; POST /v1/models/{model}/explain computes it for a trained model."]})
+
+    @validates_schema
+    def _methods_without_trace(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if data.get("methods") and data.get("trace"):
+            raise ValidationError("methods do not apply with trace=true: ask for the trace or the methods.", "methods")
 
 
 class LayerTraceSchema(ProjectedTraceSchema):
@@ -142,7 +160,9 @@ class LayerWeights(Schema):
 
 
 class EncoderResponse(Schema):
-    """Output ``(..., n, d_model)`` and one entry per layer."""
+    """Output ``(..., n, d_model)`` and one entry per layer; with methods, their members."""
 
     output = Tensor(required=True, ranks=BATCHABLE)
     layers = fields.List(fields.Nested(LayerWeights), required=True)
+    rollout = rollout_field()
+    norms = norms_field()

@@ -68,8 +68,9 @@ class ModelSelection(OutputOptions):
         return data
 
 
-class ModelAttentionRequest(ModelSelection):
-    """A sentence (or a pair, or a chat) through a trained model; which layers and heads to return, and how much."""
+class ModelTextRequest(ModelSelection):
+    """A sentence (or a pair, or a chat) for a trained model, with the layers, heads and precision asked for: what
+    every operation on a trained model's text reads."""
 
     text = fields.String(metadata={
         "description": "Any text; the model's own tokenizer splits it into tokens (an encoder's word pieces between "
@@ -79,10 +80,6 @@ class ModelAttentionRequest(ModelSelection):
         "description": "An encoder's second sentence: [CLS] text [SEP] text_pair [SEP], its tokens of type 1."})
     messages = messages_field("A decoder's chat, rendered by the model's own chat template with the assistant's turn "
                               "opened; the messages' text is at most max_text_chars code points in all.")
-    return_hidden_states = strict_bool(load_default=False, metadata={
-        "description": "Add `hidden_states`: the embeddings and every layer's output, n_layers + 1 arrays."})
-    trace = strict_bool(load_default=False, metadata={
-        "description": "Add every selected layer's intermediates (`layers[i].trace`), per selected head."})
 
     @validates("text", "text_pair")
     def _text(self, value: str, data_key: str, **kwargs: Any) -> None:
@@ -96,6 +93,15 @@ class ModelAttentionRequest(ModelSelection):
             raise ValidationError("A chat (messages) has no pair: text_pair goes with text.", "text_pair")
         if "messages" not in data and "text" not in data:
             raise ValidationError("Give the text to read (or, to a decoder, the chat's messages).", "text")
+
+
+class ModelAttentionRequest(ModelTextRequest):
+    """A sentence (or a pair, or a chat) through a trained model; which layers and heads to return, and how much."""
+
+    return_hidden_states = strict_bool(load_default=False, metadata={
+        "description": "Add `hidden_states`: the embeddings and every layer's output, n_layers + 1 arrays."})
+    trace = strict_bool(load_default=False, metadata={
+        "description": "Add every selected layer's intermediates (`layers[i].trace`), per selected head."})
 
 
 class ModelAttentionItem(ModelAttentionRequest):

@@ -232,6 +232,9 @@ class Limits:
     max_batch_new_tokens: int = variable(
         "ATTENTION_MAX_BATCH_NEW_TOKENS", 1024, POSITIVE, "Tokens the generate items of one POST /v1/batch ask for in "
         "all, counted as max_new_tokens counts them (413 above it): so that it answers within GUNICORN_TIMEOUT.")
+    max_flow_tokens: int = variable("ATTENTION_MAX_FLOW_TOKENS", 32, POSITIVE, "Tokens of a text whose attention "
+                                    "flow is asked (POST /v1/models/{name}/explain): one maximum flow per pair of "
+                                    "tokens, its cost growing about as n^4 (MiniLM: ~0.2 s at 32 tokens, ~3 s at 64).")
     max_heatmap_cells: int = variable("ATTENTION_MAX_HEATMAP_CELLS", 16384, POSITIVE, "Cells of one SVG heatmap, "
                                       "all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).")
     max_batch_items: int = variable("ATTENTION_MAX_BATCH_ITEMS", 256, POSITIVE,

@@ -16,6 +16,7 @@ class ``cell masked``; a weight that is merely 0 has the colour of 0.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
@@ -37,6 +38,7 @@ AXIS, AXIS_H = 11.0, 16.0
 MARGIN, GAP = 12.0, 24.0      # around the picture; between panels
 MAX_TEXT_W = 720.0            # a long title widens a narrow picture up to this, then wraps
 QUERIES, KEYS = "queries ↓", "keys →"
+_SIZE = re.compile(r'width="([0-9.]+)" height="([0-9.]+)"')  # a document's own size, on its first line
 
 
 def _shown(label: str) -> str:
@@ -53,7 +55,8 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
                    col_labels: Sequence[str] | None = None, title: str | None = None,
                    settings: Sequence[str] = (), panel_titles: Sequence[str] | None = None,
                    row_titles: Sequence[str] | None = None, hidden: np.ndarray | None = None,
-                   color_scale: str = "fixed", annotate: bool | None = None, decimals: int = 2) -> str:
+                   color_scale: str = "fixed", annotate: bool | None = None, decimals: int = 2,
+                   quantity: str = "weight") -> str:
     """The SVG document of ``weights``: one panel (n_q, n_k), p panels (p, n_q, n_k) in rows as many as fit in
     1200 px, or r rows of c panels (r, c, n_q, n_k) (a stack: one row per layer, its heads along it).
 
@@ -65,6 +68,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     expected in [0, 1] (the caller checks); ``color_scale`` (schemas.heatmap.COLOR_SCALES) says what the
     brightest colour stands for: 1, each row's largest weight, or the picture's largest. ``annotate`` writes each
     value in its cell with ``decimals`` decimals; None means "when the cells are large enough to read".
+    ``quantity``: what the values are, as the legend names them (a weight; a norm, a flow).
     """
     written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
     n_q, n_k = written.shape[-2:]
@@ -102,7 +106,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     panel_rows = math.ceil(p / columns)
     content_w = max([columns * panel_w, *(text_width(name, ROW_TITLE, bold=True) + GAP for name in row_names_shown)])
 
-    levels, heading, ticks = scaled(panels, color_scale)
+    levels, heading, ticks = scaled(panels, color_scale, quantity)
     legend_w = legend_width(ticks)
     texts_w = max([text_width(display(title or ""), TITLE, bold=True), text_width(" · ".join(settings), SETTINGS)])
     width = max(MARGIN + content_w + legend_w, min(MAX_TEXT_W, texts_w + 2 * MARGIN))
@@ -184,3 +188,27 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     parts.extend(key)
     parts.append("</svg>\n")
     return "\n".join(parts)  # one element per line: readable when saved or shown as an example
+
+
+SHARED_DEFS = "\n".join(DEFS)  # as render_heatmap writes them, one line each
+
+
+def combined(documents: Sequence[str], *, across: bool) -> str:
+    """One SVG document of several :func:`render_heatmap` documents, each nested whole (its own title, legend and
+    colour scale) side by side (``across``) or one under another. Their definitions are the same and their ids
+    document-wide, so they are kept in the first only: one id, one element. One document is returned as it is."""
+    if len(documents) == 1:
+        return documents[0]
+    sizes = [[float(value) for value in _SIZE.search(document).groups()] for document in documents]  # (w, h) each
+    width = sum(w for w, _ in sizes) if across else max(w for w, _ in sizes)
+    height = max(h for _, h in sizes) if across else sum(h for _, h in sizes)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {num(width)} {num(height)}" '
+             f'width="{num(width)}" height="{num(height)}" font-family="{FONT}">']
+    offset = 0.0
+    for index, (document, (w, h)) in enumerate(zip(documents, sizes, strict=True)):
+        x, y = (offset, 0.0) if across else (0.0, offset)
+        nested = document.replace('<svg xmlns="http://www.w3.org/2000/svg" ', f'<svg x="{num(x)}" y="{num(y)}" ', 1)
+        parts.append(nested.rstrip("\n") if index == 0 else nested.replace(SHARED_DEFS, "", 1).rstrip("\n"))
+        offset += w if across else h
+    parts.append("</svg>\n")
+    return "\n".join(parts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import attention as engine
-from service.operations import sizes
+from service.operations import analyses, sizes
 from service.operations.inputs import (
     EngineCall,
     Prepared,
@@ -126,8 +126,19 @@ def work_encoder(params: Params) -> Work:
     hidden = Along(batch * n * d_ff, 1, pointer("d_ff") if "d_ff" in params else where, returned=False, repeat=layers)
     output = Along(batch * n * d, 1 + ENCODER_TRACE_ARRAYS * layers * params["trace"], where)
     per_layer = 4 * d * d + 2 * d * d_ff  # Q, K, V, W_o, then W_1, W_2
-    return Work(dims, **_weighing(params, heads, n, layers, per_head_mask=True), along=(hidden, output),
-                macs=batch * n * layers * per_layer, draws=_draws(params, "encoder", d, layers * per_layer))
+    weighing = _weighing(params, heads, n, layers, per_head_mask=True)
+    methods = params.get("methods") or ()
+    along, fewer = [hidden, output], ()
+    if methods:  # the maps returned count with the weights (as explain's), and once more as returned
+        items = weighing["weights"] // (heads * n * n * layers)  # B, a mask's batch axes counted
+        maps = analyses.maps(methods, n, layers, heads, items)
+        weighing["weights"] += maps
+        along.append(Along(maps, 1, pointer("methods"), checked=False))
+        if "norms" in methods:  # each layer's transformed values f_h(x_j), (B, h, n, d_model)
+            along.append(Along(items * heads * n * d, 1, where, returned=False, repeat=layers))
+        fewer = (pointer("methods"),)
+    return Work(dims, **weighing, along=tuple(along), macs=batch * n * layers * per_layer,
+                draws=_draws(params, "encoder", d, layers * per_layer), fewer=fewer)
 
 
 def compute_encoder(prepared: Prepared) -> Result:
@@ -136,14 +147,24 @@ def compute_encoder(prepared: Prepared) -> Result:
     x = sentence(params)
     encoder = engine.Encoder(x.shape[-1], params["n_heads"], params["n_layers"], params.get("d_ff"), params["seed"])
     options = {"mask": params["mask"], "causal": params["causal"]}
+    methods = params.get("methods")
     with EngineCall(LAYER_INPUTS, _input_culprits, params, prepared.work.weights):
-        if params["trace"]:
+        if params["trace"]:  # never with methods (schemas.models.EncoderRequest)
             layers = encoder.trace(x, **options)
             return {"output": layers[-1].output, "layers": [
                 {"weights": t.attention.weights if params["return_weights"] else None, "trace": t.as_dict()}
                 for t in layers]}
-        output, weights = encoder(x, return_weights=params["return_weights"], **options)
-        return {"output": output, "layers": [{"weights": w} for w in weights]}
+        if not methods:
+            output, weights = encoder(x, return_weights=params["return_weights"], **options)
+            return {"output": output, "layers": [{"weights": w} for w in weights]}
+        if "norms" in methods:
+            out = encoder.with_norms(x, **options)
+            output, weights, norms = out.output, out.weights, out.norms
+        else:
+            (output, weights), norms = encoder(x, **options), None
+        every = list(range(params["n_layers"]))
+        return {"output": output, "layers": [{"weights": w if params["return_weights"] else None} for w in weights],
+                **analyses.analysed(methods, weights, norms, every, list(range(params["n_heads"])))}
 
 
 def settings(params: Params, result: Result) -> list[str]:

@@ -44,19 +44,19 @@ def legend_width(ticks: list[str]) -> float:
     return max([LEGEND_TEXT_W, *(BAR_W + 8 + text_width(tick, LEGEND) for tick in ticks)]) + RIGHT
 
 
-def scaled(panels: np.ndarray, color_scale: str) -> tuple[np.ndarray, list[str], list[str]]:
+def scaled(panels: np.ndarray, color_scale: str, quantity: str = "weight") -> tuple[np.ndarray, list[str], list[str]]:
     """Colour positions in [0, 1] of ``panels`` (p, n_q, n_k) on ``color_scale`` (schemas.heatmap.COLOR_SCALES), with
-    the legend's heading and the labels of its ticks at 0, 1/4, ..., 1 of the bar."""
+    the legend's heading (naming the ``quantity`` drawn) and the labels of its ticks at 0, 1/4, ..., 1 of the bar."""
     quarters = np.linspace(0.0, 1.0, 5)
     if color_scale == "row":
         top = panels.max(axis=-1, keepdims=True)  # (p, n_q, 1): each row's largest weight is the bar's top
         levels = np.divide(panels, top, out=np.zeros_like(panels), where=top > 0)
-        return levels, ["row scale: weight ÷ its row's largest"], [f"{q:.0%}" for q in quarters]
+        return levels, [f"row scale: {quantity} ÷ its row's largest"], [f"{q:.0%}" for q in quarters]
     if color_scale == "max":
         top = float(panels.max())
         levels = panels / top if top > 0 else panels
-        return levels, [f"scale 0 to the picture's largest weight, {top:.3g}"], [f"{q * top:.3g}" for q in quarters]
-    return panels, ["weight, fixed scale 0 to 1"], [f"{q:g}" for q in quarters]
+        return levels, [f"scale 0 to the picture's largest {quantity}, {top:.3g}"], [f"{q * top:.3g}" for q in quarters]
+    return panels, [f"{quantity}, fixed scale 0 to 1"], [f"{q:g}" for q in quarters]
 
 
 def legend(x: float, y: float, heading: list[str], ticks: list[str], masked: bool) -> tuple[list[str], float]:

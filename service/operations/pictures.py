@@ -95,7 +95,9 @@ def _drawn(drawing: Drawing, params: Params, result: Result) -> tuple[np.ndarray
 def compute_heatmap(drawing: Drawing, params: Params, result: Result, limits: Limits,
                     color_scale: str = "fixed") -> str:
     """SVG of the weights in an operation's ``result`` (its ``layers``' for a stack), labelled with the tokens if
-    given, on ``color_scale`` (schemas.heatmap.COLOR_SCALES)."""
+    given, on ``color_scale`` (schemas.heatmap.COLOR_SCALES); or the operation's own picture of it."""
+    if drawing.picture is not None:
+        return drawing.picture(params, result, color_scale)
     weights, options = _drawn(drawing, params, result)
     return draw(weights, limits, where={"parameter": "format"}, color_scale=color_scale, **options)
 

@@ -117,14 +117,20 @@ def selected(params: Params, name: str, count: int) -> list[int]:
     return sorted(chosen)
 
 
-def prepare(params: Params, limits: Limits) -> Prepared:
-    """The request made ready: its text judged by length, tokenized once, its layers and heads chosen, its size
-    checked; ``params["model"]`` is the served model (the route, or a batch item's name, resolved it)."""
+def model_input(params: Params, limits: Limits) -> ModelInput:
+    """What every operation on a model's text finds first: the text judged by length, tokenized once within the
+    model's positions, its layers and heads chosen; ``params["model"]`` is the served model (the route, or a batch
+    item's name, resolved it)."""
     admit(params, limits)
     model: ServedModel = params["model"]
     config = model.config
-    found = ModelInput(model, positioned(model, params), selected(params, "layers", config.n_layers),
-                       selected(params, "heads", config.n_heads))
+    return ModelInput(model, positioned(model, params), selected(params, "layers", config.n_layers),
+                      selected(params, "heads", config.n_heads))
+
+
+def prepare(params: Params, limits: Limits) -> Prepared:
+    """The request made ready: :func:`model_input`, its size checked."""
+    found = model_input(params, limits)
     size = work(params, found)
     sizes.check(size, limits)
     return Prepared(params, size, found)

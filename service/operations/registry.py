@@ -18,6 +18,7 @@ from marshmallow import Schema
 
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
+from schemas.explain import ExplainItem, ExplainRequest, ExplainResponse
 from schemas.generation import GenerateItem, GenerateRequest, GenerateResponse
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
 from schemas.pretrained import ModelAttentionItem, ModelAttentionRequest, ModelAttentionResponse
@@ -30,7 +31,7 @@ from schemas.reference import (
     PositionalEncodingResponse,
 )
 from schemas.v2 import AttentionParameters, MultiHeadParameters
-from service.operations import attention, catalogue, generation, layers, pretrained, reference
+from service.operations import analyses, attention, catalogue, generation, layers, pretrained, reference
 from service.operations.catalogue import DECODER_NAME, DEFAULT_NAME
 from service.operations.inputs import Prepared, sized
 from service.operations.rounding import round_arrays
@@ -102,7 +103,9 @@ class Drawing:
     run's settings, written in the picture, ``mask(params)``: the request's mask (true = may attend) as it lies
     over the weights, and ``causal(params)``: whether a key after its query is hidden too. ``arranged(params,
     result)``: the answer as a picture reads it when its weights are not ``layers`` or ``weights`` (a generation's
-    steps), with ``row_tokens`` when its rows are the last of its ``tokens``."""
+    steps), with ``row_tokens`` when its rows are the last of its ``tokens``. ``picture(params, result,
+    color_scale)``: an operation whose answer is more than weights draws it itself (its cells checked when it was
+    prepared)."""
 
     title: str
     before_batch: tuple[str, ...]
@@ -111,6 +114,7 @@ class Drawing:
     mask: Callable[[Params], np.ndarray | None] = request_mask
     causal: Callable[[Params], bool] = request_causal
     arranged: Callable[[Params, Result], Result] | None = None
+    picture: Callable[[Params, Result, str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +296,24 @@ first tokens of SmolLM2's answer to a question, with layer 13's head 8.""",
         batch_request=GenerateItem,
         path="/models/<model>/generate", path_parameters={"model": catalogue.lookup},
         path_example={"model": DECODER_NAME}, events=generation.events),
+    Operation(
+        "model-explain", "models", """Beyond raw weights: rollout, flow and norms of a trained model.
+
+A head's weights say where it looks, not what it moves, and a token reaches the output through every
+layer. methods: rollout (Abnar & Zuidema 2020: per layer 0.5 mean over heads of the weights + 0.5 I,
+rows renormalised, multiplied from the first layer up; (n, n) after each selected layer), flow (same
+paper: the maximum flow from each input token to each last-layer position through those layers, (n, n),
+at most max_flow_tokens tokens) and norms (Kobayashi et al. 2020: ||alpha f(x)||, what each selected
+head and the whole layer move from each key into each query; per selected layer (h_sel, n, n) and
+(n, n)). The input is read as by POST /v1/models/{model}/attention. The example: rollout after the
+last layer (5) and the norms of its head 0 on "the dog ate".""",
+        ExplainRequest, ExplainResponse, analyses.prepare, analyses.compute,
+        {"text": "the dog ate", "methods": ["rollout", "norms"], "layers": [5], "heads": [0], "decimals": 3},
+        drawing=Drawing("Beyond raw weights", ("layer",), ("head",), pretrained.settings,
+                        causal=pretrained.is_causal, picture=analyses.picture),
+        batch_request=ExplainItem,
+        path="/models/<model>/explain", path_parameters={"model": catalogue.lookup},
+        path_example={"model": DEFAULT_NAME}),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
 V2_MODELS = {op.v2.name: op for op in OPERATIONS.values() if op.v2 is not None}

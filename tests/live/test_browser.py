@@ -644,6 +644,46 @@ def test_model_view_has_every_layer_and_head_and_a_click_enlarges_one(browser, l
     assert console_errors(browser) == []
 
 
+SHOWN_READING = """const f = document.querySelector('#reading-heatmap figure');
+    return f && !document.querySelector('#reading-heatmap').hidden && f.dataset.reading === arguments[0] &&
+    f.dataset.layer === arguments[1] && f.dataset.head === arguments[2] &&
+    [...f.querySelectorAll('rect.cell')].map(cell => Number(cell.getAttribute('data-value')));"""
+
+
+def test_the_reading_toggle_draws_norms_rollout_and_flow_for_the_chosen_layer_and_head(browser, live):
+    open_real_mode(browser, live)
+    text = "the cat sat on the mat"
+    run_model(browser, text)
+    choose(browser, "#layer", 0)
+    choose(browser, "#head", 3)
+    wait_for(browser, SHOWN_HEAD, "0", "3")
+    url = f"{live}/v1/models/all-minilm-l6-v2/explain"
+    readings = {"norms": {"layers": [0], "heads": [3], "return_weights": True}, "rollout": {"layers": [0]}, "flow": {}}
+    for reading, options in readings.items():
+        browser.find_element("css selector", f"#reading-{reading}").click()
+        values = wait_for(browser, SHOWN_READING, reading, "0", "3")
+        answer = requests.post(url, json={"text": text, "methods": [reading], **options}, timeout=30).json()
+        if reading == "norms":  # the head's weights beside its norms
+            expected = [answer["norms"][0]["weights"], answer["norms"][0]["head_norms"]]
+        else:
+            expected = answer["flow"] if reading == "flow" else answer["rollout"][0]["values"]
+        assert values == np.ravel(expected).tolist(), reading  # exact: the same server, the same text
+        assert not browser.find_element("css selector", "#model-heatmap").is_displayed()
+    browser.find_element("css selector", "#reading-rollout").click()
+    choose(browser, "#layer", 4)                                    # the reading follows the chosen layer
+    values = wait_for(browser, SHOWN_READING, "rollout", "4", "3")
+    answer = requests.post(url, json={"text": text, "methods": ["rollout"], "layers": [4]}, timeout=30).json()
+    assert values == np.ravel(answer["rollout"][0]["values"]).tolist()
+    browser.find_element("css selector", "#reading-weights").click()
+    assert browser.find_element("css selector", "#model-heatmap").is_displayed()
+    assert not browser.find_element("css selector", "#reading-heatmap").is_displayed()
+    browser.find_element("css selector", "#reading-flow").click()
+    run_model(browser, SENTENCE * 3)                                # 44 word pieces: past max_flow_tokens
+    error = wait_for(browser, "const e = document.querySelector('#reading-heatmap .error'); return e && e.textContent")
+    assert "/text" in error and "max_flow_tokens" in error
+    assert [e for e in console_errors(browser) if "422" not in e["message"]] == []  # the refused flow only
+
+
 def test_a_head_past_the_heatmap_limit_is_drawn_unlabelled(browser, live):
     open_real_mode(browser, live)
     run_model(browser, "the dog ate the food " * 30)                  # 152 word pieces: 152^2 > max_heatmap_cells

@@ -138,8 +138,19 @@ def body_of(package: ModuleType, model: str, example: dict[str, Any]) -> Any:
 Call = Callable[[ModuleType, ModuleType, Any], None]
 
 
-def json_and_svg(model: str, path: str, name: str, enum: str = "") -> tuple[Call, Call]:
-    """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights.
+def explained_cells(answer: dict[str, Any]) -> list[float]:
+    """An explain answer (with return_weights) in its picture's cell order: rollout's layers, flow, then each
+    selected head's raw weights and its norms."""
+    parts = [[entry["values"] for entry in answer.get("rollout", [])], answer.get("flow", []),
+             [entry["weights"] for entry in answer.get("norms", [])],
+             [entry["head_norms"] for entry in answer.get("norms", [])]]
+    return [value for part in parts for value in np.ravel(part).tolist()]
+
+
+def json_and_svg(model: str, path: str, name: str, enum: str = "", drawn: Callable[[dict], list[float]] = flat_weights,
+                 **raw_options: Any) -> tuple[Call, Call]:
+    """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights
+    (``drawn(answer)``: the values it shows, in cell order, of the answer to the example with ``raw_options``).
     A path's model is the documented example's."""
     served = OPERATIONS[name].path_example.get("model", DEFAULT_NAME)
 
@@ -158,8 +169,8 @@ def json_and_svg(model: str, path: str, name: str, enum: str = "") -> tuple[Call
         assert response.status_code == 200 and response.headers["content-type"].startswith("image/svg+xml")
         # unrounded weights: the picture ignores decimals
         raw = {key: value for key, value in examples.request(name).items() if key != "decimals"}
-        answer = client.get_httpx_client().post(path.replace("{model}", served), json=raw).json()
-        assert cell_values(response.parsed) == flat_weights(answer)
+        answer = client.get_httpx_client().post(path.replace("{model}", served), json={**raw, **raw_options})
+        assert cell_values(response.parsed) == drawn(answer.json())
 
     return call_json, call_svg
 
@@ -287,6 +298,8 @@ MODEL, MODEL_SVG = json_and_svg("ModelAttentionRequest", "/v1/models/{model}/att
                                 enum="PostV1ModelsModelAttention")
 GENERATE, GENERATE_SVG = json_and_svg("GenerateRequest", "/v1/models/{model}/generate", "generate",
                                       enum="PostV1ModelsModelGenerate")
+EXPLAIN, EXPLAIN_SVG = json_and_svg("ExplainRequest", "/v1/models/{model}/explain", "model-explain",
+                                    enum="PostV1ModelsModelExplain", drawn=explained_cells, return_weights=True)
 
 
 def embed(module: ModuleType, package: ModuleType, client: Any) -> None:
@@ -381,6 +394,7 @@ CALLS: dict[str, Call] = {
     "post_v1_encoder": ENCODER, "post_v1_encoder_heatmap": ENCODER_SVG,
     "post_v1_models_model_attention": MODEL, "post_v1_models_model_attention_heatmap": MODEL_SVG,
     "post_v1_models_model_generate": GENERATE, "post_v1_models_model_generate_heatmap": GENERATE_SVG,
+    "post_v1_models_model_explain": EXPLAIN, "post_v1_models_model_explain_heatmap": EXPLAIN_SVG,
     "post_v1_embed": embed,
     "get_v1_positional_encoding": plain("/v1/positional-encoding", **examples.request("positional-encoding")),
     "get_v1_causal_mask": plain("/v1/causal-mask", **examples.request("causal-mask")),

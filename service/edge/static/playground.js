@@ -577,6 +577,8 @@ async function runModel(event) {
     $("#model-results").hidden = false;
     $("#model-status").textContent = `Done: ${answer.layers.length} layers × ${answer.layers[0].heads.length} ` +
       `heads over ${answer.tokens.length} word pieces.`;
+    // readings.js draws the other readings of the chosen layer and head for this input
+    $("#model-results").dispatchEvent(new CustomEvent("model-answer", {detail: {model: $("#model").value, body}}));
   } catch (failure) {
     // As in the toy mode: the previous sentence's heads must not pass for this one's.
     $("#model-results").hidden = true;

@@ -407,14 +407,19 @@ def test_a_reap_reads_the_unfinished_batches_never_the_finished_ones_nor_the_who
     assert status(jobs, running)["status"] == "completed"
 
 
-def test_the_model_endpoint_is_a_batch_endpoint_and_its_url_names_the_model(make_jobs, checked):
-    url = f"/v1/models/{DEFAULT_NAME}/attention"
+@pytest.mark.parametrize(("operation", "options"), [
+    ("attention", {}),
+    ("explain", {"methods": ["rollout", "flow", "norms"]}),  # the analyses: a corpus explained in the background
+])
+def test_the_model_endpoints_are_batch_endpoints_and_their_url_names_the_model(make_jobs, checked, operation,
+                                                                              options):
+    url = f"/v1/models/{DEFAULT_NAME}/{operation}"
     if url not in endpoints():
         pytest.skip(f"the model {DEFAULT_NAME} is not installed")
     jobs = make_jobs()
-    bodies = [{"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3},
-              {"text": "a cat sat", "text_pair": "on the mat", "layers": [5], "heads": [1, 2]},
-              {"text": "the dog ate", "model": DEFAULT_NAME},   # the url gives it: the endpoint refuses the member
+    bodies = [{"text": "the dog ate", "layers": [0], "heads": [0], "decimals": 3, **options},
+              {"text": "a cat sat", "text_pair": "on the mat", "layers": [5], "heads": [1, 2], **options},
+              {"text": "the dog ate", "model": DEFAULT_NAME, **options},  # the url gives it: the endpoint refuses it
               {"text": 5, "model": "other"}]
     batch_id = submit(jobs, file_of(bodies, url), url)
     drain(jobs)
