@@ -199,10 +199,10 @@ def events(prepared: Prepared) -> Iterator[bytes]:
         metrics.count_elements(prepared.work.weights)
         yield _event("done", round_arrays(summary(prepared, generation), decimals))
     except Exception as exc:  # the status line is sent: a failure midway is an event with its problem
-        yield _event("error", problem_members(_problem(exc)))
+        yield _event("error", problem_members(midway_problem(exc)))
 
 
-def _problem(error: Exception) -> Problem:
+def midway_problem(error: Exception) -> Problem:
     """What a failure midway is to the client: a request's own problem, or (a bug, logged) a 500."""
     if isinstance(error, engine.AttentionError):
         return attention_problem(error)
