@@ -231,7 +231,9 @@ class Limits:
         "logit_lens each counts as 1 + (n_layers + 1) d_model vocab / (a token's multiply-adds): ~7.5 for SmolLM2.")
     max_batch_new_tokens: int = variable(
         "ATTENTION_MAX_BATCH_NEW_TOKENS", 1024, POSITIVE, "Tokens the generate items of one POST /v1/batch ask for in "
-        "all, counted as max_new_tokens counts them (413 above it): so that it answers within GUNICORN_TIMEOUT.")
+        "all, counted as max_new_tokens counts them (413 above it): so that it answers within GUNICORN_TIMEOUT; and "
+        "the most a batch job's chunk of generate or chat lines asks for, so that it ends inside a worker's grace "
+        "period.")
     max_heatmap_cells: int = variable("ATTENTION_MAX_HEATMAP_CELLS", 16384, POSITIVE, "Cells of one SVG heatmap, "
                                       "all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).")
     max_batch_items: int = variable("ATTENTION_MAX_BATCH_ITEMS", 256, POSITIVE,

@@ -16,7 +16,7 @@ from typing import Any
 
 from marshmallow import ValidationError
 
-from schemas.chat import DEFAULT_MAX_TOKENS
+from schemas.chat import DEFAULT_MAX_TOKENS, ChatCompletionRequest
 from schemas.generation import GenerateRequest
 from service.operations import catalogue, generation
 from service.operations.catalogue import ModelNotFound, ServedModel
@@ -28,6 +28,7 @@ from service.settings import Limits
 
 UNSUPPORTED = TYPE_BASE + "unsupported-parameter"
 GENERATE = GenerateRequest()
+REQUEST = ChatCompletionRequest()
 FINISH = {"stop": "stop", "stop_sequence": "stop", "length": "length"}  # generate's reasons -> OpenAI's
 OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
                 429: "rate_limit_error"}
@@ -88,27 +89,65 @@ def generate_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]
     return found, renamed
 
 
-def prepare(body: dict[str, Any], limits: Limits) -> ChatInput:
-    """A loaded chat request made ready: refusals first, then the model (404 unknown, 400 an encoder), then the
-    generate operation's own preparation (its limits), its errors pointing at the chat request's members."""
+def asked(body: Any) -> int:
+    """The new tokens a chat request's body asks for, read before it is validated (see generation.asked)."""
+    body = body if isinstance(body, dict) else {}
+    counts = [body.get(name) for name in ("max_completion_tokens", "max_tokens")]
+    return next((count for count in counts if type(count) is int and count > 0), DEFAULT_MAX_TOKENS)
+
+
+def translated(body: dict[str, Any]) -> tuple[ServedModel, dict[str, Any], dict[str, str]]:
+    """A loaded chat request as the generate endpoint's body, its model, and which chat members generate's stand
+    for: refusals first, then the model (404 unknown, 400 an encoder)."""
     refuse(body)
     model = catalogue.lookup(body["model"])
     if not model.causal:
         raise Unsupported.at(pointer("model"), f"{model.name} is an encoder ({model.pretrained.architecture}): it "
                                                "does not generate. GET /v1/models lists the decoders (causal: true).")
     found, renamed = generate_body(body)
+    return model, found, renamed
+
+
+def prepare(body: dict[str, Any], limits: Limits) -> ChatInput:
+    """A loaded chat request made ready: translated, then loaded and prepared by the generate operation (its
+    schema, its limits), its errors pointing at the chat request's members."""
+    model, found, renamed = translated(body)
     try:
-        params = {**GENERATE.load(found), "model": model}
-        prepared = generation.prepare(params, limits)
+        prepared = generation.prepare({**GENERATE.load(found), "model": model}, limits)
     except ValidationError as exc:
-        raise _renamed(invalid(exc.messages), renamed) from None
+        raise renamed_problem(invalid(exc.messages), renamed) from None
     except ValidationProblem as exc:
-        raise _renamed(exc, renamed) from None
+        raise renamed_problem(exc, renamed) from None
     options = body.get("stream_options") or {}
     return ChatInput(prepared, model, bool(body.get("logprobs")), bool(options.get("include_usage")), renamed)
 
 
-def _renamed(problem: ValidationProblem, renamed: dict[str, str]) -> ValidationProblem:
+@dataclass(frozen=True)
+class BatchItem:
+    """A batch line's chat request translated: the generate op's /v1/batch body, and what its answer needs."""
+
+    body: dict[str, Any]
+    model: ServedModel
+    logprobs: bool
+    renamed: dict[str, str]
+
+
+def batch_item(body: Any) -> BatchItem | Problem:
+    """A batch line's body as a generate item, or the problem the endpoint would answer (a stream is refused: a
+    batch's answers are written whole)."""
+    try:
+        loaded = REQUEST.load(body)
+        if loaded.get("stream"):
+            raise Unsupported.at(pointer("stream"), "A batch's answers are written whole: stream is not supported.")
+        model, found, renamed = translated(loaded)
+    except ValidationError as exc:
+        return invalid(exc.messages)
+    except Problem as exc:
+        return exc
+    return BatchItem({**found, "model": model.name}, model, bool(loaded.get("logprobs")), renamed)
+
+
+def renamed_problem(problem: Problem, renamed: dict[str, str]) -> Problem:
     """``problem`` with its pointers into the generate body turned into pointers into the chat request."""
     for error in problem.members.get("errors", []):
         if "pointer" in error:
@@ -122,10 +161,10 @@ def fingerprint(model: ServedModel, dtype: str) -> str:
     return "fp_" + hashlib.sha256(f"{model.name}|{model.source}|{dtype}".encode()).hexdigest()[:12]
 
 
-def _head(found: ChatInput, kind: str) -> dict[str, Any]:
+def _head(model: ServedModel, kind: str) -> dict[str, Any]:
     """What every object of one answer shares: a fresh id, the time, the model, the fingerprint."""
     return {"id": "chatcmpl-" + secrets.token_hex(12), "object": kind, "created": int(time.time()),
-            "model": found.model.name, "system_fingerprint": fingerprint(found.model, "float32")}
+            "model": model.name, "system_fingerprint": fingerprint(model, "float32")}
 
 
 def _logprob(step: dict[str, Any]) -> dict[str, Any]:
@@ -135,9 +174,9 @@ def _logprob(step: dict[str, Any]) -> dict[str, Any]:
                              for c in step["top"]]}
 
 
-def _texts(found: ChatInput, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _texts(model: ServedModel, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The steps that are text: the end-of-text token is how the answer ended, not a token of it (as OpenAI)."""
-    eos = found.model.pretrained.tokenizer.eos_id
+    eos = model.pretrained.tokenizer.eos_id
     return [step for step in steps if step["id"] != eos]
 
 
@@ -145,17 +184,22 @@ def _attention(step: dict[str, Any]) -> dict[str, Any]:
     return {"token": step["token"], "attention": step["attention"]}
 
 
-def compute(found: ChatInput) -> dict[str, Any]:
-    """The chat completion: the generate operation's whole answer, translated."""
-    answer = generation.compute(found.generate)
-    steps = _texts(found, answer["steps"])
+def completion(model: ServedModel, answer: dict[str, Any], logprobs: bool) -> dict[str, Any]:
+    """The generate operation's whole answer as OpenAI's chat completion (with the attention extension when its
+    steps carry rows)."""
+    steps = _texts(model, answer["steps"])
     choice: dict[str, Any] = {
         "index": 0, "message": {"role": "assistant", "content": answer["text"], "refusal": None},
-        "logprobs": {"content": [_logprob(step) for step in steps], "refusal": None} if found.logprobs else None,
+        "logprobs": {"content": [_logprob(step) for step in steps], "refusal": None} if logprobs else None,
         "finish_reason": FINISH[answer["finish_reason"]]}
-    if found.generate.found.layers is not None:
+    if answer["steps"] and "attention" in answer["steps"][0]:
         choice["attention"] = {"tokens": answer["tokens"], "steps": [_attention(step) for step in answer["steps"]]}
-    return {**_head(found, "chat.completion"), "choices": [choice], "usage": answer["usage"]}
+    return {**_head(model, "chat.completion"), "choices": [choice], "usage": answer["usage"]}
+
+
+def compute(found: ChatInput) -> dict[str, Any]:
+    """The chat completion: the generate operation's whole answer, translated."""
+    return completion(found.model, generation.compute(found.generate), found.logprobs)
 
 
 def chunks(found: ChatInput) -> Iterator[bytes]:
@@ -163,7 +207,7 @@ def chunks(found: ChatInput) -> Iterator[bytes]:
     chunk per generated token as soon as it is computed, the finish reason, with ``include_usage`` a last chunk
     of usage alone, then ``data: [DONE]``; a failure midway is ``data: {"error": ...}`` (the status is sent).
     Closing the iterator (the client went away) stops the generation before its next step."""
-    head = _head(found, "chat.completion.chunk")
+    head = _head(found.model, "chat.completion.chunk")
     usage = {"usage": None} if found.include_usage else {}
     eos = found.model.pretrained.tokenizer.eos_id
 
