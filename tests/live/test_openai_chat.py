@@ -1,18 +1,22 @@
 """The decoder through the official ``openai`` package, with only its ``base_url`` changed, against a real gunicorn:
 plain and streamed chat completions (equal to the generate endpoint's run with the same seed), logprobs, the
 attention extension through ``extra_body``, every refusal and an invalid request as the client's own exceptions,
-and the models as ``models.list()`` and ``models.retrieve()`` read them."""
+the models as ``models.list()`` and ``models.retrieve()`` read them, and a batch of chat lines from upload to
+output, whose answers equal the direct calls'."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import openai
 import pytest
 import requests
 from openai import OpenAI
+from openai.types.chat import ChatCompletion
 
 from tests.harness import Gunicorn
+from tests.live.jobs import Worker, queue_env, request_line, results
 
 MODEL = "smollm2-135m-instruct"
 ENCODER = "all-minilm-l6-v2"
@@ -20,9 +24,11 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    # the encoder too, to be refused
-    with Gunicorn({"ATTENTION_MODELS": f"{ENCODER},{MODEL}", "LOG_REQUESTS": "0"}, workers=2) as instance:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """gunicorn (the encoder served too, to be refused) and a batch jobs' worker beside it."""
+    env = queue_env(tmp_path_factory.mktemp("openai-chat"), ATTENTION_MODELS=f"{ENCODER},{MODEL}", LOG_REQUESTS="0")
+    with Worker(env) as worker, Gunicorn(env, workers=2) as instance:
+        worker.ready()
         yield instance.url
 
 
@@ -132,3 +138,35 @@ def test_the_models_as_the_client_lists_and_retrieves_them(client, server):
     assert requests.get(f"{server}/v1/models", timeout=10).json()["models"][1]["name"] == MODEL
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("gpt-4o")
+
+
+def test_a_batch_of_chat_lines_answers_as_the_direct_calls(client, server, tmp_path):
+    bodies = {
+        "greedy": {"model": MODEL, "messages": QUESTION, "temperature": 0, "max_tokens": 12},
+        "seeded": {"model": MODEL, "messages": [{"role": "user", "content": "Write a word."}], "seed": 9,
+                   "max_completion_tokens": 8, "logprobs": True, "top_logprobs": 2},
+        "system": {"model": MODEL, "messages": [{"role": "developer", "content": "Answer in French."}, *QUESTION],
+                   "seed": 1, "temperature": 0.5, "max_tokens": 10},
+        "refused": {"model": MODEL, "messages": QUESTION, "n": 2},
+    }
+    (path := tmp_path / "chat.jsonl").write_bytes(b"".join(request_line(custom_id, body, "/v1/chat/completions")
+                                                           for custom_id, body in bodies.items()))
+    with path.open("rb") as file:
+        uploaded = client.files.create(file=file, purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 120
+    while batch.status not in ("completed", "failed", "expired", "cancelled"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.1)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+    assert client.files.content(batch.output_file_id).content.count(b"\n") == 3
+    output, errors = results(server, batch.model_dump(), bodies)
+    for custom_id, line in output.items():
+        direct = client.chat.completions.create(**bodies[custom_id])
+        got = line["response"]["body"]
+        assert got["id"].startswith("chatcmpl-") and got["id"] != direct.id
+        # the answer as the client reads it, equal but for the id and the time, which are each answer's own
+        assert ChatCompletion.model_validate({**got, "id": direct.id, "created": direct.created}) == direct, custom_id
+    refused = errors["refused"]["response"]
+    assert refused["status_code"] == 400 and refused["body"]["error"]["param"] == "n"
