@@ -55,7 +55,6 @@ class ChatInput:
     model: ServedModel
     logprobs: bool
     include_usage: bool
-    renamed: dict[str, str]  # generate's members -> the chat request's, for the pointers of the errors
 
 
 def refuse(body: dict[str, Any]) -> None:
@@ -119,7 +118,7 @@ def prepare(body: dict[str, Any], limits: Limits) -> ChatInput:
     except ValidationProblem as exc:
         raise renamed_problem(exc, renamed) from None
     options = body.get("stream_options") or {}
-    return ChatInput(prepared, model, bool(body.get("logprobs")), bool(options.get("include_usage")), renamed)
+    return ChatInput(prepared, model, bool(body.get("logprobs")), bool(options.get("include_usage")))
 
 
 @dataclass(frozen=True)
@@ -148,11 +147,15 @@ def batch_item(body: Any) -> BatchItem | Problem:
 
 
 def renamed_problem(problem: Problem, renamed: dict[str, str]) -> Problem:
-    """``problem`` with its pointers into the generate body turned into pointers into the chat request."""
+    """``problem`` with its pointers into the generate body turned into pointers into the chat request (in its
+    detail too, which names them when marshmallow refused the body)."""
     for error in problem.members.get("errors", []):
         if "pointer" in error:
             head, _, rest = error["pointer"][1:].partition("/")
-            error["pointer"] = "/" + renamed.get(head, head) + ("/" + rest if rest else "")
+            if head in renamed:
+                chat_pointer = "/" + renamed[head] + ("/" + rest if rest else "")
+                problem.description = problem.description.replace(error["pointer"] + ":", chat_pointer + ":")
+                error["pointer"] = chat_pointer
     return problem
 
 
