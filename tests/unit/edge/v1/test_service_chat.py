@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_limits
 
 from schemas.chat import DEFAULT_MAX_TOKENS
 from service.operations import chat, generation
-from service.settings import Limits
+from service.settings import Access, Limits
 from tests.conftest import app_with, assert_problem
 
 MODEL = "smollm2-135m-instruct"
@@ -246,6 +246,14 @@ def test_a_body_that_is_not_json_is_a_400_and_another_media_type_a_415_both_with
     assert body["type"].endswith("malformed-json")
     response = client.post(URL, data=b"{}", content_type="text/plain")
     assert assert_problem(response, 415)["error"]["type"] == "invalid_request_error"
+
+
+def test_a_missing_key_is_a_401_with_openais_authentication_error():
+    locked = app_with(access=Access(api_keys=("k",))).test_client()
+    response = locked.post(URL, json={"model": MODEL, "messages": QUESTION})
+    body = assert_problem(response, 401)
+    assert body["error"]["type"] == "authentication_error" and body["error"]["message"] == body["detail"]
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 # --- the models, as OpenAI's clients read them ------------------------------------------------------------------
