@@ -18,7 +18,7 @@ MAX_MESSAGES = 256  # messages of one chat: their text is judged by max_text_cha
 ROLES = ("system", "user", "assistant")
 
 
-def _indices(what: str) -> BoundedList:
+def indices(what: str) -> BoundedList:
     """Distinct layer or head numbers, counted from 0 as in transformers' ``attentions``; range checked
     against the model when the request is computed."""
     return BoundedList(StrictInteger(validate=validate.Range(min=0)), validate=validate.Length(1, MAX_INDICES),
@@ -47,8 +47,8 @@ def messages_field(description: str) -> BoundedList:
 class ModelSelection(OutputOptions):
     """Which of a trained model's layers and heads an answer shows, its precision and its rounding."""
 
-    layers = _indices("layers")
-    heads = _indices("heads")
+    layers = indices("layers")
+    heads = indices("heads")
     dtype = fields.String(load_default="float32", validate=validate.OneOf(["float32", "float64"]), metadata={
         "description": "float32: the model's own precision; float64 computes from the same weights in float64."})
 
@@ -178,7 +178,22 @@ class ModelCard(Schema):
     source = fields.String(required=True, metadata={"description": "package==version, or the folder's or file's name."})
 
 
+class OpenAIModel(Schema):
+    """A model as OpenAI's clients read it."""
+
+    id = fields.String(required=True)
+    object = fields.String(required=True, validate=validate.OneOf(["model"]))
+    created = fields.Integer(required=True, metadata={"description": "0: not known."})
+    owned_by = fields.String(required=True)
+
+
+class ServedModelCard(OpenAIModel, ModelCard):
+    """A served model: the service's card, then OpenAI's members (GET /v1/models/{model})."""
+
+
 class ModelList(Schema):
-    """Every served model."""
+    """Every served model: the service's cards, and OpenAI's list of the same models."""
 
     models = fields.List(fields.Nested(ModelCard), required=True)
+    object = fields.String(required=True, validate=validate.OneOf(["list"]))
+    data = fields.List(fields.Nested(OpenAIModel), required=True)

@@ -7,6 +7,15 @@ from marshmallow import fields
 from schemas.base import Schema
 
 
+class OpenAIError(Schema):
+    """OpenAI's error object, which its clients read (`body["error"]`)."""
+
+    message = fields.String(required=True)
+    type = fields.String(required=True)
+    param = fields.String(required=True, allow_none=True)
+    code = fields.String(required=True, allow_none=True)
+
+
 class ProblemItem(Schema):
     """One invalid part of the request."""
 
@@ -38,3 +47,5 @@ class Problem(Schema):
     known = fields.List(fields.String(), metadata={"description": "With unknown tokens: the known ones."})
     acceptable = fields.List(fields.String(), metadata={
         "description": "With 406: the media types the operation answers, for the Accept header."})
+    error = fields.Nested(OpenAIError, metadata={
+        "description": "On /v1/chat/completions: OpenAI's error object, which its clients read."})

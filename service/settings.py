@@ -231,7 +231,9 @@ class Limits:
         "logit_lens each counts as 1 + (n_layers + 1) d_model vocab / (a token's multiply-adds): ~7.5 for SmolLM2.")
     max_batch_new_tokens: int = variable(
         "ATTENTION_MAX_BATCH_NEW_TOKENS", 1024, POSITIVE, "Tokens the generate items of one POST /v1/batch ask for in "
-        "all, counted as max_new_tokens counts them (413 above it): so that it answers within GUNICORN_TIMEOUT.")
+        "all, counted as max_new_tokens counts them (413 above it): so that it answers within GUNICORN_TIMEOUT; and "
+        "the most a batch job's chunk of generate or chat lines asks for, so that it ends inside a worker's grace "
+        "period.")
     max_flow_tokens: int = variable("ATTENTION_MAX_FLOW_TOKENS", 32, POSITIVE, "Tokens of a text whose attention "
                                     "flow is asked (POST /v1/models/{name}/explain): one maximum flow per pair of "
                                     "tokens, its cost growing about as n^4 (MiniLM: ~0.2 s at 32 tokens, ~3 s at 64).")

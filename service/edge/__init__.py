@@ -18,7 +18,7 @@ from flask import Flask
 from service.edge import health, observability, pages, security, spec
 from service.edge.jsonio import OrjsonProvider
 from service.edge.smorest import init_api
-from service.edge.v1 import attention, batch, batches, demos, files, heatmap, limits, models, reference
+from service.edge.v1 import attention, batch, batches, chat, demos, files, heatmap, limits, models, reference
 from service.edge.v2 import models as v2_models
 from service.edge.v2 import routes as v2
 from service.jobs.queue import PerProcess
@@ -27,7 +27,7 @@ from service.settings import Settings, current
 
 # flask-smorest blueprints: routed and documented in the OpenAPI spec.
 BLUEPRINTS = (attention.blp, models.blp, reference.blp, demos.blp, heatmap.blp, limits.blp, health.blp, v2.blp,
-              batch.blp, files.blp, batches.blp)
+              batch.blp, files.blp, batches.blp, chat.blp)
 
 
 @functools.lru_cache(maxsize=1024)

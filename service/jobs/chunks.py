@@ -12,8 +12,8 @@ import orjson
 
 from service.jobs import finalize, keys, leases, records
 from service.jobs.context import Jobs
-from service.jobs.endpoints import endpoints
-from service.operations import answers
+from service.jobs.endpoints import CHAT, CHAT_URL, endpoints
+from service.operations import answers, chat
 from service.operations.jsontext import check_depth, dumps
 from service.operations.registry import BATCH_OPERATIONS
 from service.problems import Problem, invalid, problem_members
@@ -44,22 +44,33 @@ def _answer(jobs: Jobs, batch_id: str, endpoint: str, numbered: list[tuple[int, 
     requests = [orjson.loads(line) for _, line in numbered]  # each parsed once already, when validated
     outcomes: list[Any] = [_refused(jobs, op, line, request.get("body"), path)
                            for (_, line), request in zip(numbered, requests, strict=True)]
+    bodies = [request.get("body") for request in requests]
+    chats: list[chat.BatchItem | None] = [None] * len(requests)
+    if op == CHAT:  # OpenAI's chat lines: each translated to a generate item, its answer translated back
+        op = "generate"
+        for i, body in enumerate(bodies):
+            if outcomes[i] is None:
+                item = chat.batch_item(body)
+                outcomes[i], chats[i], bodies[i] = (item, None, None) if isinstance(item, Problem) else (
+                    None, item, item.body)
     open_items = [i for i, outcome in enumerate(outcomes) if outcome is None]
-    refused, sized = answers.size([(op, _with_path(requests[i].get("body"), path)) for i in open_items], jobs.limits,
-                                  _root)
+    refused, sized = answers.size([(op, _with_path(bodies[i], path)) for i in open_items], jobs.limits, _root)
     for position, problem in enumerate(refused):
         outcomes[open_items[position]] = problem
     for run_ in answers.budgets(sized, jobs.limits.max_batch_elements):
         for position, answer in answers.compute(run_, _root):
             outcomes[open_items[position]] = answer
     out, err = [], []
-    for (number, _), request, outcome in zip(numbered, requests, outcomes, strict=True):
+    for (number, _), request, outcome, item in zip(numbered, requests, outcomes, chats, strict=True):
         line_id, request_id = keys.request_ids(batch_id, number)
         if isinstance(outcome, Problem):
-            body = {**problem_members(outcome), "request_id": request_id}
+            members = chat.problem(chat.renamed_problem(outcome, item.renamed) if item else outcome) if (
+                endpoint == CHAT_URL) else problem_members(outcome)
+            body = {**members, "request_id": request_id}
             response = {"status_code": body["status"], "request_id": request_id, "body": body}
         else:
-            response = {"status_code": 200, "request_id": request_id, "body": outcome}
+            answer = chat.completion(item.model, outcome, item.logprobs) if item else outcome
+            response = {"status_code": 200, "request_id": request_id, "body": answer}
         line = {"id": line_id, "custom_id": request["custom_id"], "response": response,
                 "error": None}
         (err if isinstance(outcome, Problem) else out).append(dumps(line) + b"\n")

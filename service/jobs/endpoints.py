@@ -1,5 +1,6 @@
 """The endpoints a batch may name: every POST compute endpoint of /v1 that /v1/batch also takes (the registry's
-``batch_request``), a trained model's once per served model."""
+``batch_request``), a trained model's once per served model; and OpenAI's /v1/chat/completions, the most common
+line of a real batch file (its lines translated to the generate op: service.operations.chat)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from typing import Any
 
 from service.operations import catalogue
 from service.operations.registry import BATCH_OPERATIONS
+
+CHAT = "chat-completions"  # not a registry op: its lines are generate items (service.jobs.chunks)
+CHAT_URL = "/v1/chat/completions"
 
 
 def endpoints() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -20,4 +24,5 @@ def endpoints() -> dict[str, tuple[str, dict[str, Any]]]:
                 found["/v1" + operation.route.replace("<model>", model)] = (name, {"model": model})
         else:
             found["/v1" + operation.route] = (name, {})
+    found[CHAT_URL] = (CHAT, {})
     return found

@@ -3,14 +3,15 @@
 A line that is not a JSON object, has no string ``custom_id``, repeats one, is not ``POST`` to the batch's
 ``endpoint``, or passes the file's own limits (requests per batch, bytes per line) fails the whole batch, with one
 ``{code, line, message, param}`` per problem (lines count from 1). What a line's ``body`` holds is its endpoint's to
-judge, item by item (service.jobs.chunks). A valid file is cut into chunks of ``chunk_items`` lines, by byte range.
+judge, item by item (service.jobs.chunks). A valid file is cut into chunks of ``chunk_items`` lines, by byte range,
+each within max_body_bytes and, for a generating endpoint, max_batch_new_tokens.
 """
 
 from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -18,6 +19,8 @@ import orjson
 
 from service.jobs import keys, leases, reaping, records
 from service.jobs.context import Jobs
+from service.jobs.endpoints import CHAT, endpoints
+from service.operations import catalogue, chat, generation
 
 LISTED_ERRORS = 100  # a failed batch lists this many problems at most (the first ones)
 MAX_CUSTOM_ID = 512
@@ -51,7 +54,8 @@ def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, A
     errors: list[dict[str, Any]] = []
     ids = _Ids()
     chunks: list[list[int]] = []
-    requests, stop = 0, None
+    requests, stop, generated = 0, None, 0  # generated: the new tokens the last chunk's lines ask for
+    asked = _asked(endpoint)
     for number, offset, line in _lines(source, limits.max_line_bytes):
         if line is None:
             _keep(errors, _error("line_too_long", number, f"The line is longer than max_line_bytes="
@@ -65,15 +69,22 @@ def _read(source: BinaryIO, endpoint: str, jobs: Jobs) -> tuple[list[dict[str, A
                                  f"{limits.max_job_requests} requests (see GET /v1/limits): split it."))
             stop = number
             break
-        if problem := _check(line, number, endpoint, ids):
+        problem, request = _check(line, number, endpoint, ids)
+        if problem:
             _keep(errors, problem)
         elif not errors:
-            # A chunk is at most chunk_items lines and at most a /v1/batch body's bytes: what a worker holds at once.
-            if chunks and chunks[-1][3] < size and offset + len(line) - chunks[-1][0] <= limits.max_body_bytes:
+            # A chunk is at most chunk_items lines and at most a /v1/batch body's bytes: what a worker holds at once;
+            # and at most max_batch_new_tokens generated, so that a chunk of long generations ends well inside a
+            # worker's grace period (as /v1/batch answers within gunicorn's timeout).
+            tokens = asked(request.get("body"))
+            if (chunks and chunks[-1][3] < size and offset + len(line) - chunks[-1][0] <= limits.max_body_bytes
+                    and generated + tokens <= limits.max_batch_new_tokens):
                 chunks[-1][1] = offset + len(line) - chunks[-1][0]
                 chunks[-1][3] += 1
+                generated += tokens
             else:
                 chunks.append([offset, len(line), number, 1])
+                generated = tokens
     if repeated := ids.repeated():  # a second reading names the repeats exactly, each instead of its line's others
         source.seek(0)
         twice = _repeats(source, limits.max_line_bytes, repeated, stop)
@@ -143,22 +154,34 @@ def _lines(source: BinaryIO, maximum: int) -> Iterator[tuple[int, int, bytes | N
             yield number, start, line
 
 
-def _check(line: bytes, number: int, endpoint: str, ids: _Ids) -> dict[str, Any] | None:
+def _asked(endpoint: str) -> Callable[[Any], int]:
+    """The new tokens a line's body of ``endpoint`` asks for (0: the endpoint generates nothing)."""
+    op, path = endpoints()[endpoint]
+    if op == CHAT:
+        return chat.asked
+    if op == "generate":
+        model = catalogue.lookup(path["model"])
+        return lambda body: generation.asked(model, body)
+    return lambda body: 0
+
+
+def _check(line: bytes, number: int, endpoint: str, ids: _Ids) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The line's problem (None: a valid line) and the line read."""
     try:
         request = orjson.loads(line)
     except orjson.JSONDecodeError as error:
-        return _error("invalid_json_line", number, f"The line is not valid JSON: {error}")
+        return _error("invalid_json_line", number, f"The line is not valid JSON: {error}"), {}
     if not isinstance(request, dict):
-        return _error("invalid_json_line", number, "The line is not a JSON object {custom_id, method, url, body}.")
+        return _error("invalid_json_line", number, "The line is not a JSON object {custom_id, method, url, body}."), {}
     if (custom_id := _custom_id(request)) is None:
-        return _error("missing_custom_id", number, f"custom_id must be a string of 1 to {MAX_CUSTOM_ID} characters.",
-                      "custom_id")
+        return _error("missing_custom_id", number, f"custom_id must be a string of 1 to {MAX_CUSTOM_ID} "
+                      "characters.", "custom_id"), request
     ids.add(custom_id)
     if request.get("method") != "POST":
-        return _error("invalid_method", number, "method must be \"POST\".", "method")
+        return _error("invalid_method", number, "method must be \"POST\".", "method"), request
     if request.get("url") != endpoint:
-        return _error("mismatched_url", number, f"url must be the batch's endpoint {endpoint!r}.", "url")
-    return None
+        return _error("mismatched_url", number, f"url must be the batch's endpoint {endpoint!r}.", "url"), request
+    return None, request
 
 
 def _keep(errors: list[dict[str, Any]], error: dict[str, Any]) -> None:

@@ -40,6 +40,9 @@ class ModelNotFound(Problem):
     problem_type = UNKNOWN_MODEL
 
 
+OWNED_BY = "attention-service"
+
+
 @dataclass(frozen=True)
 class ServedModel:
     """A model under its served name; ``source`` is ``package==version``, or the folder's or file's name (never a
@@ -68,6 +71,12 @@ class ServedModel:
                 "d_ff": config.d_ff, "vocab_size": config.vocab_size, "max_positions": config.max_positions,
                 **({"quantization": model.quantization} if decoder else {}), "license": model.license,
                 "source": self.source}
+
+    def openai_card(self) -> dict[str, Any]:
+        """What OpenAI's clients read of a model (``models.list``, ``models.retrieve``). ``created`` is 0: the
+        service does not know when a model was made, and a load time would change with every process;
+        ``owned_by`` names who serves it, as vLLM's does."""
+        return {"id": self.name, "object": "model", "created": 0, "owned_by": OWNED_BY}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import attention as engine
+from schemas.generation import GenerateRequest
 from service.operations import pretrained, sizes
 from service.operations.catalogue import ServedModel
 from service.operations.inputs import EngineCall, Prepared, Result
@@ -38,6 +39,7 @@ from service.runtime import metrics
 from service.settings import Limits
 
 FEWER = (pointer("layers"), pointer("heads"), pointer("max_new_tokens"))
+DEFAULT_NEW_TOKENS = GenerateRequest().fields["max_new_tokens"].load_default
 log = logging.getLogger(__name__)
 
 
@@ -64,6 +66,17 @@ def new_tokens(model: ServedModel, params: Params) -> int:
     """The tokens a request asks for, as max_new_tokens counts them: a step with the lens counts 1 + lens_factor."""
     count = params["max_new_tokens"]
     return math.ceil(count * (1 + lens_factor(model))) if params["logit_lens"] else count
+
+
+def asked(model: ServedModel, body: Any) -> int:
+    """The new tokens a request's body asks for, as max_new_tokens counts them, read before it is validated (a batch
+    job cuts its file by them): a value its schema would refuse counts as the default, the request being refused
+    then without computing anything."""
+    body = body if isinstance(body, dict) else {}
+    count = body.get("max_new_tokens")
+    valid = type(count) is int and count > 0
+    return new_tokens(model, {"max_new_tokens": count if valid else DEFAULT_NEW_TOKENS,
+                              "logit_lens": body.get("logit_lens") is True})
 
 
 def prepare(params: Params, limits: Limits) -> Prepared:
@@ -199,10 +212,10 @@ def events(prepared: Prepared) -> Iterator[bytes]:
         metrics.count_elements(prepared.work.weights)
         yield _event("done", round_arrays(summary(prepared, generation), decimals))
     except Exception as exc:  # the status line is sent: a failure midway is an event with its problem
-        yield _event("error", problem_members(_problem(exc)))
+        yield _event("error", problem_members(midway_problem(exc)))
 
 
-def _problem(error: Exception) -> Problem:
+def midway_problem(error: Exception) -> Problem:
     """What a failure midway is to the client: a request's own problem, or (a bug, logged) a 500."""
     if isinstance(error, engine.AttentionError):
         return attention_problem(error)

@@ -312,6 +312,15 @@ LINES = b"".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1
                              "body": examples.request("multi-head-attention")}).encode() + b"\n" for i in range(2))
 
 
+def chat_completions(module: ModuleType, package: ModuleType, client: Any) -> None:
+    """OpenAI's contract through the generated client: the documented answer, but for its own id and time."""
+    body = package.models.ChatCompletionRequest.from_dict(examples.request("completions"))
+    response = module.sync_detailed(client=client, body=body)
+    assert response.status_code == 200
+    expected = documented("/v1/chat/completions")
+    assert {**response.parsed.to_dict(), "id": expected["id"], "created": expected["created"]} == expected
+
+
 def uploaded(client: Any) -> str:
     """A file of LINES, uploaded raw (the generated client sends the form): its id."""
     response = client.get_httpx_client().post("/v1/files?purpose=batch", content=LINES,
@@ -405,6 +414,7 @@ CALLS: dict[str, Call] = {
     "get_v1_demos": demos, "get_v1_demos_name": demo, "get_v1_demos_name_heatmap": demo_heatmap,
     "post_v1_heatmap": heatmap,
     "post_v1_batch": batch,
+    "post_v1_chat_completions": chat_completions,
     "get_healthz": health("status", "ok"), "get_readyz": health("status", "ready"),
     "get_v2": plain("/v2"),
     "get_v2_health_live": health("live", True), "get_v2_health_ready": health("ready", True),

@@ -20,6 +20,10 @@ REQUESTS["batch"] = {"requests": [
     {"id": "pe", "op": "positional-encoding", "body": OPERATIONS["positional-encoding"].example},
 ]}
 
+# POST /v1/chat/completions (not a registry operation: a translation of generate's, service.operations.chat).
+REQUESTS["completions"] = {"model": "smollm2-135m-instruct", "temperature": 0, "max_completion_tokens": 8,
+                           "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+
 
 def request(name: str) -> dict[str, Any]:
     """The documented request of operation ``name`` (a body, or the query string of a GET), or of the batch."""

@@ -51,7 +51,9 @@ def forward(smollm: attention.Decoder, ids: np.ndarray, dtype: type = np.float32
 def test_both_models_are_listed_by_default_with_what_tells_them_apart(client):
     listed = client.get("/v1/models").get_json()["models"]
     assert listed == [ENCODER_CARD, CARD] and list(listed[1]) == list(CARD)  # the order read
-    assert client.get(f"/v1/models/{MODEL}").get_json() == CARD
+    # OpenAI's members follow the service's, which stay as they were (tests/unit/edge/v1/test_service_chat.py)
+    assert client.get(f"/v1/models/{MODEL}").get_json() == {**CARD, "id": MODEL, "object": "model", "created": 0,
+                                                            "owned_by": "attention-service"}
     paths = client.get("/openapi.json").get_json()["paths"]
     [parameter] = [p for p in paths["/v1/models/{model}/attention"]["parameters"] if p["name"] == "model"]
     assert parameter["schema"]["enum"] == [ENCODER_CARD["name"], MODEL]
