@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import io
 import itertools
+import logging
 import os
 import secrets
 import shutil
@@ -126,14 +127,19 @@ class _Atomic:
 
 
 class Joined(io.RawIOBase):
-    """Files read one after another as one seekable body: a range request reads only the parts it asks for."""
+    """Files read one after another as one seekable body: a range request reads only the parts it asks for.
+
+    The first part is opened at once (FileNotFoundError: the file was deleted before its download began); a later
+    part deleted meanwhile ends the body short, which the client sees as a download cut off (its Content-Length
+    was promised), and the log says why.
+    """
 
     def __init__(self, parts: Sequence[tuple[Path, int]]) -> None:
         super().__init__()
         self._paths = [path for path, _ in parts]
         self._starts = list(itertools.accumulate((size for _, size in parts), initial=0))  # len(parts) + 1
         self._position = 0
-        self._open: tuple[int, io.BufferedReader] | None = None
+        self._open: tuple[int, io.BufferedReader] | None = (0, self._paths[0].open("rb")) if parts else None
 
     def readable(self) -> bool:
         return True
@@ -156,7 +162,13 @@ class Joined(io.RawIOBase):
         index = bisect.bisect_right(self._starts, self._position) - 1  # the part holding the position
         if self._open is None or self._open[0] != index:
             self._close_part()
-            self._open = (index, self._paths[index].open("rb"))
+            try:
+                self._open = (index, self._paths[index].open("rb"))
+            except FileNotFoundError:  # deleted (DELETE /v1/files/{id}) while it was being read
+                logging.getLogger(__name__).warning("%s was deleted while it was read: the body ends at byte %d of "
+                                                    "%d", self._paths[index], self._position, self._starts[-1])
+                self._position = self._starts[-1]
+                return 0
         part = self._open[1]
         part.seek(self._position - self._starts[index])
         wanted = min(len(buffer), self._starts[index + 1] - self._position)

@@ -101,7 +101,10 @@ def get(jobs: Jobs, owner: str, file_id: str) -> dict[str, Any]:
 def content(jobs: Jobs, owner: str, file_id: str) -> tuple[dict[str, Any], Joined]:
     """The record of ``file_id`` and its body, open (404 if there is none for this owner)."""
     file = get(jobs, owner, file_id)
-    return file, jobs.bodies.joined(_parts(jobs, file))
+    try:
+        return file, jobs.bodies.joined(_parts(jobs, file))
+    except FileNotFoundError:  # deleted since its record was read
+        raise NotFound(f"No file {file_id[:80]!r} (it was just deleted).") from None
 
 
 def listing(jobs: Jobs, owner: str, limit: int, after: str | None, purpose: str | None) -> dict[str, Any]:

@@ -238,3 +238,13 @@ def test_a_file_an_unfinished_batch_reads_cannot_be_deleted(app, client, tmp_pat
     drain(jobs_of(app))
     assert client.get(f"/v1/batches/{batch['id']}").get_json()["status"] == "completed"
     assert client.delete(f"/v1/files/{file['id']}").status_code == 200
+
+
+def test_a_body_deleted_under_its_record_is_a_404(client, tmp_path):
+    file = upload(client, CONTENT)
+    (name,) = stored(tmp_path)  # another replica's DELETE, between this one reading the record and the body
+    (tmp_path / "data" / "files" / name).unlink()
+    response = client.get(f"/v1/files/{file['id']}/content")
+    assert_problem(response, 404)
+    assert "was just deleted" in response.json["detail"]
+    conforms(response, "/v1/files/{file_id}/content", "get")
