@@ -24,8 +24,8 @@ DECODER = "smollm2-135m-instruct"
 URL = f"/v1/models/{MODEL}/census"
 TEXTS = ["Short.", "The cat sat on the mat.", SENTENCE, "Commas, semicolons; and -- dashes!", "Where did it go?"]
 STATISTICS = ["first", "separators", "self", "previous", "next", "punctuation", "entropy"]
-# Means against the loops over transformers' attentions: measured at most 4.2e-7 (MiniLM, float32), 1.4e-15 (MiniLM,
-# float64), 1.5e-6 (the decoder, whose weights agree with transformers' to 8e-6); the bounds of the engine's tests.
+# Means against the loops over transformers' attentions: measured at most 2.9e-7 (MiniLM, float32), 1.1e-15 (MiniLM,
+# float64), 1.1e-6 (the decoder, whose weights agree with transformers' to 8e-6); the bounds of the engine's tests.
 BOUND = {"float32": 1e-6, "float64": 1e-12}
 
 
@@ -246,3 +246,32 @@ def test_a_census_item_of_a_batch_answers_as_its_endpoint_and_counts_in_the_budg
 def test_the_limits_list_max_census_texts(client):
     assert client.get("/v1/limits").get_json() == dataclasses.asdict(Limits())
     assert "max_census_texts" in dataclasses.asdict(Limits())
+
+
+DOCS_TEXTS = ["The animal didn't cross the street because it was too tired.", "The cat sat on the mat.",
+              "Where did it go?", "It rained all day, so we stayed in and read.",
+              "She said: \"Call me tomorrow, please!\"", "Paris is the capital of France.",
+              "After the meeting, the team went home.", "A bird in the hand is worth two in the bush."]
+
+
+def test_the_docs_minilm_census(client):
+    """docs/census.md's figures, as the service computes them."""
+    got = answer(client, {"texts": DOCS_TEXTS}, URL)
+    m = means(got)
+    assert got["tokens"] == 93 and got["statistics"]["previous"]["count"] == 85
+    assert round(m["first"].mean(), 2) == 0.50 and (m["first"] > 0.5).sum() == 36
+    assert [round(m["first"][layer, head], 3) for layer, head in ((2, 9), (2, 7), (4, 5))] == [0.875, 0.868, 0.857]
+    assert round(m["first"][0].mean(), 2) == 0.25
+    assert round(m["separators"].mean(), 3) == 0.041
+    assert np.unravel_index(m["separators"].argmax(), (6, 12)) == (0, 0)
+    assert [round(m["separators"][0, head], 3) for head in (0, 5, 3)] == [0.177, 0.158, 0.152]
+    assert round(m["previous"][0, 2], 4) == 0.9998 and round(m["entropy"][0, 2], 4) == 0.0014
+    assert round(m["previous"][2, 11], 3) == 0.432 and round(m["previous"][1, 9], 3) == 0.376
+    assert np.unravel_index(m["next"].argmax(), (6, 12)) == (1, 8) and round(m["next"][1, 8], 3) == 0.634
+    assert round(m["self"].max(), 3) == 0.196 and np.unravel_index(m["self"].argmax(), (6, 12)) == (0, 8)
+    assert round(m["punctuation"][3, 11], 3) == 0.290 == round(m["punctuation"].max(), 3)
+    assert round(m["punctuation"].mean(), 3) == 0.080
+    assert round(m["entropy"].mean(), 2) == 1.41 and round(m["entropy"][0].mean(), 2) == 1.86
+    assert round(m["entropy"][0, 0], 2) == 2.21
+    decoder = means(answer(client, {"texts": DOCS_TEXTS}, f"/v1/models/{DECODER}/census"))
+    assert round(decoder["first"].mean(), 2) == 0.68 and (decoder["first"] > 0.5).sum() == 219
