@@ -89,25 +89,27 @@ def batched(model: ServedModel, lengths: Sequence[int], limits: Limits) -> list[
 
 
 def work(found: CensusInput) -> Work:
-    """Each batch of B texts padded to n_max tokens holds L B H n_max^2 weights at once (the largest batch's checked
-    against max_weight_elements, its B n_max hidden numbers of a layer against max_output_elements, blamed on its
-    text when it is alone, else on /texts) and computes B n_max tokens through every layer (the multiply-adds of
-    pretrained.macs_per_token). What the other batches hold counts in a /v1/batch's budget only, as computed; the
-    answer is 7 (L, H) tables."""
+    """Each batch of B texts padded to n_max tokens holds L B H n_max^2 weights at once (the heaviest batch's
+    checked against max_weight_elements, the widest's B n_max hidden numbers of a layer against max_output_elements,
+    each blamed on its text when it is alone, else on /texts) and computes B n_max tokens through every layer (the
+    multiply-adds of pretrained.macs_per_token). What the other batches hold counts in a /v1/batch's budget only, as
+    computed; the answer is at most 7 (L, H) tables."""
     model, config = found.model, found.model.config
     lengths = [len(encoding.tokens) for encoding in found.encodings]
     shapes = [(len(batch), lengths[batch[-1]]) for batch in found.batches]     # (B, n_max) per batch
     weights = [batch_weights(model, b, n) for b, n in shapes]
     hidden = [batch_hidden(model, b, n) for b, n in shapes]
-    largest = max(range(len(shapes)), key=lambda k: (weights[k], hidden[k]))
-    batch = found.batches[largest]
-    where = pointer("texts", batch[0]) if len(batch) == 1 else TEXTS
-    others = sum(weights) - weights[largest] + config.n_layers * (sum(hidden) - hidden[largest])
+    heaviest, widest = int(np.argmax(weights)), int(np.argmax(hidden))  # the batches the limits judge
+
+    def blamed(k: int) -> str:
+        return pointer("texts", found.batches[k][0]) if len(found.batches[k]) == 1 else TEXTS
+
+    others = sum(weights) - weights[heaviest] + config.n_layers * (sum(hidden) - hidden[widest])
     padded_tokens = sum(b * n for b, n in shapes)
     answer = len(STATISTICS) * config.n_layers * config.n_heads
     dims = tuple(("max_sequence_length", n, pointer("texts", i)) for i, n in enumerate(lengths))
-    return Work(dims, weights=weights[largest], weights_where=where,
-                along=(Along(hidden[largest], 1, where, returned=False, repeat=config.n_layers),
+    return Work(dims, weights=weights[heaviest], weights_where=blamed(heaviest),
+                along=(Along(hidden[widest], 1, blamed(widest), returned=False, repeat=config.n_layers),
                        Along(others, 1, TEXTS, returned=False, checked=False),
                        Along(answer, 1, TEXTS, checked=False)),
                 macs=padded_tokens * config.n_layers * pretrained.macs_per_token(model))
