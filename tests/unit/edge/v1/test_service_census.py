@@ -112,11 +112,16 @@ def engine_alone(minilm, texts: list[str]) -> attention.Census:
 
 @pytest.mark.parametrize("cap", [None, 72 * 16 * 16, 72 * 3 * 16 * 16])
 def test_the_census_is_the_texts_alone_combined_however_they_are_batched(client, minilm, cap):
-    """The texts (4 to 16 tokens, each thrice) in one padded batch (the default limits), in batches of about 16^2
-    tokens^2 (the longest text alone) or of three times that: the census is the engine's of each text alone,
-    combined."""
+    """The texts (4 to 16 tokens, each thrice) in one padded batch (the default limits), in batches within one
+    16-token text's weights (the longest texts alone) or three times that: the census is the engine's of each text
+    alone, combined."""
     texts = TEXTS * 3
-    served = client if cap is None else app_with(limits=Limits(max_weight_elements=cap)).test_client()
+    limits = Limits() if cap is None else Limits(max_weight_elements=cap)
+    batches = census_op.prepare({"model": catalogue.lookup(MODEL), "texts": texts, "dtype": "float64"},
+                                limits).found.batches
+    assert [len(batch) for batch in batches] == {None: [15], 72 * 16 * 16: [5, 3, 1, 1, 1, 1, 1, 1, 1],
+                                                 72 * 3 * 16 * 16: [9, 3, 3]}[cap]
+    served = client if cap is None else app_with(limits=limits).test_client()
     got = answer(served, {"texts": texts, "dtype": "float64"}, URL)
     alone = engine_alone(minilm, texts)
     assert {name: entry["count"] for name, entry in got["statistics"].items()} == alone.counts
@@ -127,13 +132,14 @@ def test_the_census_is_the_texts_alone_combined_however_they_are_batched(client,
 def test_the_texts_are_batched_by_length_within_the_weights_and_the_hidden_numbers(minilm):
     model = catalogue.lookup(MODEL)
     lengths = [10, 3, 7, 20, 5, 7]
-    limits = Limits(max_weight_elements=72 * 3 * 10 * 10)  # three texts of 10 tokens, or four of 8...
+    limits = Limits(max_weight_elements=72 * 3 * 10 * 10)  # 3 texts of 10 tokens, 4 of 8, ...
     batches = census_op.batched(model, lengths, limits)
     assert [i for batch in batches for i in batch] == [1, 4, 2, 5, 0, 3]           # by increasing length
     for batch in batches:
         longest = lengths[batch[-1]]
         assert len(batch) == 1 or 72 * len(batch) * longest**2 <= limits.max_weight_elements
-    assert batches == [[1, 4, 2, 5], [0], [3]]  # 4 x 7^2 = 196 <= 300; 5 x 10^2 > 300 ...; 20 alone
+    # 4 x 7^2 = 196 <= 300, 5 x 10^2 > 300; 20 tokens alone (past the cap even alone: work() refuses it)
+    assert batches == [[1, 4, 2, 5], [0], [3]]
     hidden = Limits(max_output_elements=2 * 7 * 1536)  # two texts of 7 tokens through the feed-forward
     assert census_op.batched(model, lengths, hidden) == [[1, 4], [2, 5], [0], [3]]
 
