@@ -16,6 +16,7 @@ from schemas.fields import BoundedList
 from schemas.tensor import Tensor
 
 METHODS = ("rollout", "flow", "norms")  # the computations of attention/analyses.py, as the answer names them
+INTERVENTIONS = ("knockout", "occlusion")  # attention/interventions.py's: explain's alone (a trained model's)
 METHODS_TEXT = (
     "rollout: how much of each input token is in each position after a layer (every head and earlier layer, "
     "half the weights mixed with the residual); flow: the maximum flow from each input token to each position of "
@@ -23,9 +24,10 @@ METHODS_TEXT = (
     "from a key into a query, not only where it looks.")
 
 
-def methods_field(description: str, **kwargs: Any) -> BoundedList:
-    """1 to 3 names of METHODS; an unknown one is a 422 at its index (a repeated one: :func:`repeated_method`)."""
-    return BoundedList(fields.String(validate=validate.OneOf(METHODS)), validate=validate.Length(1, len(METHODS)),
+def methods_field(description: str, choices: tuple[str, ...] = METHODS, **kwargs: Any) -> BoundedList:
+    """1 to len(choices) names of ``choices``; an unknown one is a 422 at its index (a repeated one:
+    :func:`repeated_method`)."""
+    return BoundedList(fields.String(validate=validate.OneOf(choices)), validate=validate.Length(1, len(choices)),
                        metadata={"description": description}, **kwargs)
 
 

@@ -237,6 +237,14 @@ class Limits:
     max_flow_tokens: int = variable("ATTENTION_MAX_FLOW_TOKENS", 32, POSITIVE, "Tokens of a text whose attention "
                                     "flow is asked (POST /v1/models/{name}/explain): one maximum flow per pair of "
                                     "tokens, its cost growing about as n^4 (MiniLM: ~0.2 s at 32 tokens, ~3 s at 64).")
+    max_knockouts: int = variable("ATTENTION_MAX_KNOCKOUTS", 270, POSITIVE, "Heads one explain request knocks out, "
+                                  "one at a time (knock; every head by default: MiniLM has 72, SmolLM2 270).")
+    max_rerun_tokens: int = variable(
+        "ATTENTION_MAX_RERUN_TOKENS", 3 * 2**16, POSITIVE, "Tokens that explain's knockout and occlusion run through a "
+        "layer again, every run together: a knocked head of layer l re-runs layers l to L - 1 for every token, an "
+        "occluded token the whole model, a decoder's next-token logits count as d_model vocab / (a token's "
+        "multiply-adds in a layer) more (so that it answers within GUNICORN_TIMEOUT: ~50 us a token here, every "
+        "MiniLM head up to its 512 tokens, every SmolLM2 head up to 46, a chat with its default system prompt).")
     max_heatmap_cells: int = variable("ATTENTION_MAX_HEATMAP_CELLS", 16384, POSITIVE, "Cells of one SVG heatmap, "
                                       "all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).")
     max_census_texts: int = variable("ATTENTION_MAX_CENSUS_TEXTS", 64, POSITIVE, "Texts of one head census (POST "

@@ -1,12 +1,13 @@
 """Beyond raw weights: POST /v1/models/{model}/explain, its /v1/batch op ``model-explain``, and what /v1/encoder's
-``methods`` share with it.
+``methods`` share with it. Explain's interventions (knockout, occlusion) are service.operations.interventions'.
 
 A trained model's text is prepared as for its attention (service.operations.pretrained: judged by length, tokenized
 once, layers and heads chosen), then judged for what the methods cost before anything is computed: flow past
 ``max_flow_tokens`` tokens, the weights the analyses hold and the maps they return past ``max_weight_elements``, a
 picture past ``max_heatmap_cells``: each a 422 naming the member and the limit. ``compute`` runs the model once with
 every layer's weights (rollout and flow need every head of every layer) and the norms of the selected layers
-computed in passing, then the engine's rollout and flow on those weights (attention/analyses.py).
+computed in passing, then the engine's rollout and flow on those weights (attention/analyses.py); that pass only
+when one of them is asked.
 
 The picture (``?format=svg``): rollout after each selected layer and flow as token x token heatmaps on the weights'
 scale, and the selected heads' raw weights beside their norms, each on its own colour scale (a norm is a length in
@@ -16,12 +17,13 @@ the model's space, not a share).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import attention as engine
-from service.operations import pretrained, sizes
+from service.operations import interventions, pretrained, sizes
 from service.operations.heatmap import combined, render_heatmap
 from service.operations.inputs import EngineCall, Prepared, Result
 from service.operations.sizes import Along, Params, Work
@@ -34,6 +36,17 @@ FEWER = (pointer("layers"), pointer("heads"), pointer("methods"))
 # 340 M multiply-adds in 13.8 ms (0.04 ns each): one edge of one pair ~700 multiply-adds, rounded up. A /v1/batch
 # then holds 4 MiniLM flows of 32 tokens (~0.8 s) within the default max_batch_elements, 45 of 16 tokens (~1 s).
 FLOW_MACS_PER_EDGE = 1024
+ANALYSES = frozenset(("rollout", "flow", "norms"))  # the methods read from one forward pass's weights
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What preparing an explain request found: the model's text (``text``), the interventions' runs (``runs``)
+    and how many tokens those take through a layer (``rerun``)."""
+
+    text: pretrained.ModelInput
+    runs: interventions.Plan
+    rerun: int
 
 
 def maps(methods: Sequence[str], n: int, layers: int, heads: int, batch: int = 1) -> int:
@@ -43,10 +56,11 @@ def maps(methods: Sequence[str], n: int, layers: int, heads: int, batch: int = 1
     return batch * n * n * (layers * per_layer + ("flow" in methods))
 
 
-def cells(methods: Sequence[str], n: int, layers: int, heads: int) -> int:
-    """Cells of the picture: rollout one panel a layer, flow one, norms each head's weights beside its norms."""
+def cells(methods: Sequence[str], n: int, layers: int, heads: int, table: int = 0) -> int:
+    """Cells of the picture: rollout one panel a layer, flow one, norms each head's weights beside its norms, and
+    knockout the ``table``'s (the model's layers x heads)."""
     per_layer = ("rollout" in methods) + ("norms" in methods) * 2 * heads
-    return n * n * (layers * per_layer + ("flow" in methods))
+    return n * n * (layers * per_layer + ("flow" in methods)) + ("knockout" in methods) * table
 
 
 def admit_flow(methods: Sequence[str], n: int, where: str, limits: Limits) -> None:
@@ -65,55 +79,67 @@ def admit_flow(methods: Sequence[str], n: int, where: str, limits: Limits) -> No
 
 def prepare(params: Params, limits: Limits) -> Prepared:
     """The request made ready: the text judged and tokenized once, the layers and heads chosen (as for the model's
-    attention), then what the methods cost judged against the limits."""
+    attention), the interventions' runs planned, then what the methods cost judged against the limits."""
     found = pretrained.model_input(params, limits)
     n = len(found.encoding.tokens)
     admit_flow(params["methods"], n, pointer(pretrained.input_member(params)), limits)
-    size = work(params, found)
+    runs = interventions.plan(params, found, limits)
+    explained = Explained(found, runs, interventions.admit(params, found, runs, limits))
+    size = work(params, explained)
     sizes.check(size, limits)
     if params.get("format") == "svg":  # the answer is the picture
-        limits.check("max_heatmap_cells", cells(params["methods"], n, len(found.layers), len(found.heads)),
-                     parameter="format")
-    return Prepared(params, size, found)
+        config = found.model.config
+        limits.check("max_heatmap_cells", cells(params["methods"], n, len(found.layers), len(found.heads),
+                                                config.n_layers * config.n_heads), parameter="format")
+    return Prepared(params, size, explained)
 
 
-def work(params: Params, found: pretrained.ModelInput) -> Work:
+def work(params: Params, explained: Explained) -> Work:
     """One text of n tokens through L layers of h heads: every layer's L * h * n * n weights held for the analyses
     plus the maps returned (:func:`maps`, with return_weights the selected heads' weights too), against
     max_weight_elements; the forward pass's numbers along the positions as for the model's attention (computed, not
     returned) and, with norms, each selected layer's h * n * d_model transformed values. The maps count once more
-    as returned in a batch's budget, and flow its L n^4 edge visits (FLOW_MACS_PER_EDGE)."""
+    as returned in a batch's budget, and flow its L n^4 edge visits (FLOW_MACS_PER_EDGE). Without those methods,
+    no weights: the interventions' runs, their tokens through a layer and what they hold before measuring."""
+    found = explained.text
     model, config = found.model, found.model.config
     methods = params["methods"]
+    analysed_too = bool(ANALYSES & set(methods))
     n, layers, heads = len(found.encoding.tokens), len(found.layers), len(found.heads)
     where = pointer(pretrained.input_member(params))
     returned = maps(methods, n, layers, heads) + params["return_weights"] * layers * heads * n * n
-    held = config.n_layers * config.n_heads * n * n
+    held = config.n_layers * config.n_heads * n * n * analysed_too
     along = [Along(n * pretrained.hidden_width(model), 1, where, returned=False, repeat=config.n_layers),
              Along(n * config.d_model, 1, where, returned=False),
-             Along(returned, 1, pointer("methods"), checked=False)]
+             Along(returned, 1, pointer("methods"), checked=False), *interventions.along(found, explained.runs)]
     if "norms" in methods:
         along.append(Along(config.n_heads * n * config.d_model, 1, pointer("layers"), returned=False, repeat=layers))
+    forward = n * config.n_layers * analysed_too + explained.rerun  # tokens through a layer
     return Work((("max_sequence_length", n, where),), weights=held + returned, weights_where=pointer("methods"),
-                along=tuple(along), fewer=FEWER, macs=n * config.n_layers * pretrained.macs_per_token(model)
+                along=tuple(along), fewer=FEWER, macs=forward * pretrained.macs_per_token(model)
                 + ("flow" in methods) * FLOW_MACS_PER_EDGE * config.n_layers * n**4)
 
 
 def compute(prepared: Prepared) -> Result:
     """{tokens, token_ids, rollout? [{layer, values (n, n)}], flow? (n, n), norms? [{layer, heads, head_norms
-    (h_sel, n, n), layer_norms (n, n), weights? (h_sel, n, n)}]}: the model once on the text, every weight kept."""
-    params, found = prepared.params, prepared.found
+    (h_sel, n, n), layer_norms (n, n), weights? (h_sel, n, n)}], knockout?, occlusion?}: for the analyses the model
+    once on the text, every weight kept; the interventions' runs (service.operations.interventions)."""
+    params, explained = prepared.params, prepared.found
+    found = explained.text
     model, encoding, methods = found.model, found.encoding, params["methods"]
     norms_of = found.layers if "norms" in methods else ()
+    result: Result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist()}
     with EngineCall((), list, params, prepared.work.weights):
-        if model.causal:
-            out = model.pretrained.llama(encoding.ids[None], dtype=params["dtype"], logits=None, norms_of=norms_of)
-        else:
-            out = model.pretrained.bert(encoding.ids[None], encoding.type_ids[None], dtype=params["dtype"],
-                                        norms_of=norms_of)
-        result: Result = {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist()}
-        result.update(analysed(methods, out.weights, out.norms, found.layers, found.heads, params["return_weights"]))
-    return {name: _first(value) for name, value in result.items()}
+        if ANALYSES & set(methods):
+            if model.causal:
+                out = model.pretrained.llama(encoding.ids[None], dtype=params["dtype"], logits=None, norms_of=norms_of)
+            else:
+                out = model.pretrained.bert(encoding.ids[None], encoding.type_ids[None], dtype=params["dtype"],
+                                            norms_of=norms_of)
+            result.update({name: _first(value) for name, value in analysed(
+                methods, out.weights, out.norms, found.layers, found.heads, params["return_weights"]).items()})
+        result.update(interventions.compute(params, found, explained.runs))
+    return result
 
 
 def analysed(methods: Sequence[str], weights: list[np.ndarray], norms: list[engine.AttentionNorms | None] | None,
@@ -153,7 +179,8 @@ def _first(value: Any) -> Any:
 def picture(params: Params, result: Result, color_scale: str) -> str:
     """The SVG of an answer (its cells checked when the request was prepared): rollout's layers and flow on
     ``color_scale``, then each selected layer's heads, raw weights beside their norms (norms on a scale of their
-    own: ``max`` for ``fixed``). A decoder's cells after the query are hatched: nothing can reach them."""
+    own: ``max`` for ``fixed``), then the interventions' knockout table and occlusion bars. A decoder's cells after
+    the query are hatched: nothing can reach them."""
     tokens, causal = result["tokens"], params["model"].causal
     n = len(tokens)
     hidden = ~np.tri(n, dtype=bool) if causal else None  # key j after query i: the causal mask hid it
@@ -178,4 +205,5 @@ def picture(params: Params, result: Result, color_scale: str) -> str:
             render_heatmap(weights, title="Raw weights", color_scale=color_scale, **rows, **labels),
             render_heatmap(norms, title="Norms ‖α f(x)‖", color_scale="max" if color_scale == "fixed" else color_scale,
                            quantity="norm", **rows, **labels)], across=True))
+    parts += interventions.pictures(params, result, tokens, settings, color_scale)
     return combined(parts, across=False)

