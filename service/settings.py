@@ -247,6 +247,9 @@ class Limits:
         "MiniLM head up to its 512 tokens, every SmolLM2 head up to 46, a chat with its default system prompt).")
     max_heatmap_cells: int = variable("ATTENTION_MAX_HEATMAP_CELLS", 16384, POSITIVE, "Cells of one SVG heatmap, "
                                       "all panels together (4 heads of 64 x 64 tokens: ~3.5 MB).")
+    max_census_texts: int = variable("ATTENTION_MAX_CENSUS_TEXTS", 64, POSITIVE, "Texts of one head census (POST "
+                                     "/v1/models/{name}/census); a larger corpus goes through a batch job, its lines' "
+                                     "censuses combined by their counts.")
     max_batch_items: int = variable("ATTENTION_MAX_BATCH_ITEMS", 256, POSITIVE,
                                     "Items in one POST /v1/batch (413 above it).")
     max_batch_elements: int = variable(

@@ -51,11 +51,16 @@ def compute(params: Params, limits: Limits) -> Result:
 
 
 def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> pretrained.Tokens:
-    """Item ``index``'s tokens after the checks of a v1 text (whitespace, max_text_chars before tokenizing,
-    a token besides the specials, max_positions, max_sequence_length), every error pointing at /text/index."""
-    item = {"model": model, "text": params["text"][index]}
+    """Item ``index``'s tokens after the checks of a v1 text (:func:`encoded_item`), errors at /text/index."""
+    return encoded_item(model, params["text"][index], limits, pointer("text", index))
+
+
+def encoded_item(model: ServedModel, text: str, limits: Limits, where: str) -> pretrained.Tokens:
+    """A text's tokens after the checks of a v1 text (whitespace, max_text_chars before tokenizing, a token besides
+    the specials, max_positions, max_sequence_length), every error pointing at ``where`` (``/text/2``)."""
+    item = {"model": model, "text": text}
     try:
-        if not item["text"].strip():
+        if not text.strip():
             raise ValidationProblem.at(TEXT, "Must hold something other than whitespace.")
         pretrained.admit(item, limits)
         encoding = pretrained.positioned(model, item)
@@ -63,7 +68,7 @@ def _encoded(model: ServedModel, params: Params, index: int, limits: Limits) -> 
     except ValidationProblem as exc:
         for error in exc.members.get("errors", []):
             if error.get("pointer") == TEXT:
-                error["pointer"] = pointer("text", index)
+                error["pointer"] = where
         raise
     return encoding
 

@@ -18,6 +18,7 @@ from marshmallow import Schema
 
 from schemas.attention import BATCHABLE, AttentionRequest, AttentionResponse
 from schemas.batch import PositionalEncodingBody
+from schemas.census import CensusItem, CensusRequest, CensusResponse
 from schemas.explain import ExplainItem, ExplainRequest, ExplainResponse
 from schemas.generation import GenerateItem, GenerateRequest, GenerateResponse
 from schemas.models import EncoderRequest, EncoderResponse, ModelResponse, MultiHeadRequest, SelfAttentionRequest
@@ -31,7 +32,7 @@ from schemas.reference import (
     PositionalEncodingResponse,
 )
 from schemas.v2 import AttentionParameters, MultiHeadParameters
-from service.operations import analyses, attention, catalogue, generation, layers, pretrained, reference
+from service.operations import analyses, attention, catalogue, census, generation, layers, pretrained, reference
 from service.operations.catalogue import DECODER_NAME, DEFAULT_NAME
 from service.operations.inputs import Prepared, sized
 from service.operations.rounding import round_arrays
@@ -319,6 +320,21 @@ the last layer (5) and the norms of its head 0 on "the dog ate".""",
                         causal=pretrained.is_causal, picture=analyses.picture),
         batch_request=ExplainItem,
         path="/models/<model>/explain", path_parameters={"model": catalogue.lookup},
+        path_example={"model": DEFAULT_NAME}),
+    Operation(
+        "census", "models", """Where each head looks, on average, over many texts: a head census.
+
+Clark et al. 2019 ("What Does BERT Look At?"): per layer and head, averaged over every query row of
+every text, the weight on position 0 ([CLS], or a decoder's first token), on separator tokens ([SEP];
+none for a decoder), on the row's own position, on the previous and the next position (rows that have
+one), on punctuation tokens, and the row's entropy in nats; each with the count of rows it averages, so
+that censuses combine exactly (mean = sum(mean_i * count_i) / sum(count_i): a larger corpus goes through
+a batch job, a line per chunk of texts). Each text is read as POST /v1/models/{model}/attention reads its
+text; at most max_census_texts texts. The example: three sentences on all-MiniLM-L6-v2.""",
+        CensusRequest, CensusResponse, census.prepare, census.compute,
+        {"texts": ["The cat sat on the mat.", "Where did it go?", "It rained, so we stayed in."], "decimals": 3},
+        batch_request=CensusItem,
+        path="/models/<model>/census", path_parameters={"model": catalogue.lookup},
         path_example={"model": DEFAULT_NAME}),
 )}
 BATCH_OPERATIONS = {name: op for name, op in OPERATIONS.items() if op.batch_request is not None}
