@@ -15,8 +15,8 @@ LINKS = re.compile(r'(?:src|href)="([^"#]+)"')
 
 
 @pytest.mark.parametrize(("page", "needs"), [
-    ("/", ["static/playground.js", "static/generate.js", "static/playground.css", "static/favicon.svg", "docs",
-           "openapi.yaml"]),
+    ("/", ["static/playground.js", "static/generate.js", "static/readings.js", "static/interventions.js",
+           "static/playground.css", "static/favicon.svg", "docs", "openapi.yaml"]),
     ("/docs", ["docs/assets/swagger-ui-bundle.js", "docs/assets/swagger-ui.css", "static/docs.js",
                "static/favicon.svg"]),
 ])
