@@ -57,3 +57,6 @@ bench: setup-test
 	$(PY) benchmarks/model.py
 	$(PY) benchmarks/decoder.py
 	$(PY) benchmarks/memory.py
+	$(PY) benchmarks/analyses.py
+	$(PY) benchmarks/explain.py
+	$(PY) benchmarks/interventions.py

@@ -88,7 +88,6 @@ class NextToken(Schema):
 
     id = fields.Integer(required=True)
     token = fields.String(required=True)
-    probability = fields.Float(required=True)
 
 
 def _shift_fields(shape: str, what: str) -> dict[str, fields.Field]:
