@@ -2,7 +2,7 @@
 // tokens shown as the server streams them (server-sent events read from fetch(): EventSource cannot POST). Any
 // token clicked shows its attention row in every layer and head, its candidates and its logit lens.
 // Loaded after playground.js, whose helpers it uses ($, element, api, problemError, failedAnswer, matrixTable,
-// thumbnail, fillSelect): a mode of its own file, so that the other modes change without touching it.
+// thumbnail, offerModels): a mode of its own file, so that the other modes change without touching it.
 "use strict";
 
 // What the last run gave: the request, its decoder, each step as it came, the prompt's tokens (at the done event)
@@ -279,17 +279,9 @@ async function loadDecoders() {
   const [{models}, limits] = await Promise.all([api("v1/models"), api("v1/limits")]);
   decoders = models.filter((model) => model.causal);
   $("#gen-max-new-tokens").max = limits.max_new_tokens;
-  const select = $("#gen-model");
-  fillSelect("#gen-model", decoders.map((model) => model.name), (name) => name);
-  select.onchange = () => describeDecoder(generateModel());
-  if (!decoders.length) {
-    select.disabled = true;
-    $("#run-generate").disabled = true;
-    $("#gen-model-info").textContent = "This server serves no decoder (see its ATTENTION_MODELS setting): " +
-      "the generate mode has nothing to run.";
-    return;
-  }
-  describeDecoder(decoders[0]);
+  offerModels(decoders, {select: "#gen-model", run: "#run-generate", info: "#gen-model-info",
+    describe: describeDecoder, none: "This server serves no decoder (see its ATTENTION_MODELS setting): the " +
+      "generate mode has nothing to run."});
 }
 
 function chooseGenerateMode() {

@@ -596,19 +596,26 @@ function describeModel(model) {
     `from ${model.source}.`;
 }
 
-async function loadModels() {
-  const {models} = await api("v1/models");
-  const select = $("#model");
-  select.replaceChildren(...models.map((model) => element("option", {value: model.name}, model.name)));
-  select.onchange = () => describeModel(models.find((model) => model.name === select.value));
+// A mode's list of models (the real-model mode's, generate.js's decoders): each a choice, the chosen one
+// described; none: the list and its run button disabled, ``info`` saying why.
+function offerModels(models, {select, run, info, none, describe}) {
+  const list = $(select);
+  list.replaceChildren(...models.map((model) => element("option", {value: model.name}, model.name)));
+  list.onchange = () => describe(models.find((model) => model.name === list.value));
   if (!models.length) {
-    select.disabled = true;
-    $("#run-model").disabled = true;
-    $("#model-info").textContent = "This server serves no model (its ATTENTION_MODELS setting is empty): " +
-      "the real-model mode has nothing to run.";
+    list.disabled = true;
+    $(run).disabled = true;
+    $(info).textContent = none;
     return;
   }
-  describeModel(models[0]);
+  describe(models[0]);
+}
+
+async function loadModels() {
+  const {models} = await api("v1/models");
+  offerModels(models, {select: "#model", run: "#run-model", info: "#model-info", describe: describeModel,
+    none: "This server serves no model (its ATTENTION_MODELS setting is empty): the real-model mode has nothing " +
+      "to run."});
 }
 
 // The models are asked for on the first visit to the real mode only: the toy mode never calls them.
