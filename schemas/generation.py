@@ -49,8 +49,9 @@ class GenerateRequest(ModelSelection):
         "description": "Add each step's logit lens: the 5 tokens each layer's hidden state would predict (final "
                        "norm and output head applied); it costs ~7 tokens' compute a step (GET /v1/limits)."})
     stream = strict_bool(load_default=False, metadata={
-        "description": "Answer text/event-stream: an `event: token` per step as it is computed, then `event: done` "
-                       "with everything but the steps (or `event: error` with a problem)."})
+        "description": "Answer text/event-stream: `event: prompt` with the prompt's tokens, an `event: token` per "
+                       "step as it is computed, then `event: done` with everything but the steps (or `event: error` "
+                       "with a problem)."})
 
     @validates_schema
     def _one_input(self, data: dict[str, Any], **kwargs: Any) -> None:

@@ -201,10 +201,13 @@ def compute(prepared: Prepared) -> Result:
 
 
 def events(prepared: Prepared) -> Iterator[bytes]:
-    """The answer as server-sent events, each step as soon as it is computed: ``token`` per step, then ``done``
-    (the summary), or ``error`` (a problem) if the generation fails midway. Closing the iterator (the client
-    went away) stops the generation before its next step."""
+    """The answer as server-sent events, each step as soon as it is computed: ``prompt`` (the prompt's tokens, known
+    before anything runs), ``token`` per step, then ``done`` (the summary), or ``error`` (a problem) if the
+    generation fails midway. Closing the iterator (the client went away) stops the generation before its next
+    step."""
     decimals = prepared.params.get("decimals")
+    encoding = prepared.found.encoding
+    yield _event("prompt", {"tokens": encoding.tokens, "token_ids": encoding.ids.tolist()})
     try:
         generation, answers = steps(prepared)
         for answer in answers:

@@ -45,13 +45,16 @@ def page(browser: Any, live: str) -> Any:  # noqa: F811 (the imported fixture, a
     return browser
 
 
-# Before Generate is clicked: the count of generated tokens at each change of the token list, with its time, and
-# the time the prompt's tokens (sent in the done event only) appeared.
-WATCH = """window.seen = []; window.doneAt = null;
+# Before Generate is clicked: the count of generated tokens at each change of the token list, with its time, the
+# time the prompt's tokens (their own first event) appeared, and the time the status said Done (the done event).
+WATCH = """window.seen = []; window.promptAt = null; window.doneAt = null;
 new MutationObserver(() => window.seen.push([document.querySelectorAll('#gen-new-tokens button').length,
     performance.now()])).observe(document.querySelector('#gen-new-tokens'), {childList: true});
-new MutationObserver(() => { window.doneAt = window.doneAt ?? performance.now(); })
-    .observe(document.querySelector('#gen-prompt-tokens'), {childList: true});"""
+new MutationObserver(() => { window.promptAt = window.promptAt ?? performance.now(); })
+    .observe(document.querySelector('#gen-prompt-tokens'), {childList: true});
+new MutationObserver(() => { if (document.querySelector('#gen-status').textContent.startsWith('Done'))
+    window.doneAt = window.doneAt ?? performance.now(); })
+    .observe(document.querySelector('#gen-status'), {childList: true, characterData: true, subtree: true});"""
 DONE = "return document.querySelector('#gen-status').textContent.startsWith('Done') && window.doneAt !== null"
 
 
@@ -99,11 +102,11 @@ def click_token(driver: Any, kind: str, index: int, keys: int | None) -> tuple[l
 
 def test_tokens_appear_as_they_stream_before_the_done_event(page, live):
     generate(page, tokens=24)
-    seen, done_at = page.execute_script("return [window.seen, window.doneAt]")
+    seen, prompt_at, done_at = page.execute_script("return [window.seen, window.promptAt, window.doneAt]")
     counts = [count for count, _ in seen]
     assert counts == list(range(1, 25)), counts                # one token at a time, each added as its event came
     first_at = seen[0][1]
-    assert first_at < seen[-1][1] < done_at                    # the first was on the page well before the last
+    assert prompt_at < first_at < seen[-1][1] <= done_at       # the prompt first; the first token well before the last
     assert done_at - first_at > 200, (first_at, done_at)       # 23 more steps of 30 layers: not one burst
     answer = api_generation(live, 24)
     shown = page.execute_script("return [...document.querySelectorAll('#gen-new-tokens button')]"
@@ -222,18 +225,19 @@ window.fetch = (url, options) => {
 
 def test_an_error_event_midway_is_shown_and_the_tokens_before_it_stay(page, live):
     """A failure after the status line is an ``event: error`` with a problem (the service's own event format)."""
-    step = api_generation(live, 1)["steps"][0]
+    answer = api_generation(live, 1)
+    step, prompt = answer["steps"][0], {"tokens": answer["tokens"], "token_ids": answer["token_ids"]}
     problem = {"type": "about:blank", "title": "Internal Server Error", "status": 500,
                "detail": "The server failed to finish this generation; this is a bug."}
     text = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in
-                   [("token", step), ("token", {**step, "index": 1}), ("error", problem)])
+                   [("prompt", prompt), ("token", step), ("token", {**step, "index": 1}), ("error", problem)])
     page.execute_script(FAKE_STREAM, text)
     page.find_element("css selector", "#run-generate").click()
     error = wait_for(page, "const e = document.querySelector('#gen-error'); return !e.hidden && e.textContent")
     assert error == problem["detail"]
     assert page.find_element("css selector", "#gen-status").text == "The generation stopped midway (see below)."
     assert page.execute_script("return document.querySelectorAll('#gen-new-tokens button').length") == 2
-    assert wait_for(page, PROMPT_TOKENS) == prompt_tokens(live)  # no done event: from the attention endpoint
+    assert wait_for(page, PROMPT_TOKENS) == prompt_tokens(live)  # no done event: the prompt event named them
     assert console_errors(page) == []
 
 

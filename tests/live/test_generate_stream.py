@@ -67,6 +67,7 @@ def test_events_arrive_through_nginx_before_the_last_token_is_computed(server):
         pytest.skip("Debian's nginx is not installed (.ci/run installs it)")
     with Nginx([server.url.removeprefix("http://")]) as proxy:
         _, response = open_stream(proxy.url, {**STORY, "max_new_tokens": 120})
+        assert next_event(response)[0] == "prompt"                        # its tokens, before any step
         name, first = next_event(response)
         assert name == "token" and first["index"] == 0
         before_done = generated(server)                                   # the first event is in hand
@@ -80,6 +81,7 @@ def test_a_client_that_goes_away_stops_the_generation_within_two_tokens(server):
     just before the close misses no step: at most the one under way then, and two after."""
     sock, response = open_stream(server.url, {**STORY, "max_new_tokens": 30, "logit_lens": True, "dtype": "float64"})
     arrived = []
+    assert next_event(response)[0] == "prompt"
     for _ in range(3):
         assert next_event(response)[0] == "token"
         arrived.append(time.monotonic())

@@ -87,22 +87,12 @@ function showPromptTokens(tokens, ids) {
     tokenButton(token, "prompt", i, `prompt token ${i}, id ${ids[i]}`)));
 }
 
-// A stream cut short has no done event to name the prompt's tokens: the attention endpoint tokenizes the same
-// text, and its rows are what a click on a prompt token shows anyway.
-async function showPromptTokensAfterCut() {
-  try {
-    const {tokens, token_ids: ids} = await promptAttention();
-    showPromptTokens(tokens, ids);
-  } catch (failure) {
-    $("#gen-prompt-tokens").replaceChildren(element("span", {class: "help"}, `(prompt: ${failure.message}) `));
-  }
-}
-
+// The done event's summary: the final text and how it ended (the prompt's tokens came first, in their own event).
 function finish(summary) {
-  showPromptTokens(summary.tokens, summary.token_ids);
   $("#gen-text-out").textContent = summary.text;  // without a stop string, which the steps' texts may hold
   generateStatus(`Done: ${summary.usage.completion_tokens} new tokens after ${summary.usage.prompt_tokens} ` +
     `prompt tokens; finish: ${summary.finish_reason}; seed ${summary.seed}.`);
+  return true;
 }
 
 function clearGeneration() {
@@ -132,12 +122,14 @@ async function runGenerate(event) {
       headers: {"Content-Type": "application/json"}, body: JSON.stringify(body), signal: aborter.signal});
     if (!response.ok) throw await failedAnswer(response);
     $("#gen-results").hidden = false;
+    let done = false;
     for await (const {event: name, data} of serverEvents(response)) {
-      if (name === "token") addStep(data);
-      else if (name === "done") finish(data);
+      if (name === "prompt") showPromptTokens(data.tokens, data.token_ids);
+      else if (name === "token") addStep(data);
+      else if (name === "done") done = finish(data);
       else if (name === "error") throw problemError(data, "The generation failed midway.");
     }
-    if (!generated.promptTokens) throw new Error("The stream ended before its done event (the connection was cut).");
+    if (!done) throw new Error("The stream ended before its done event (the connection was cut).");
   } catch (failure) {
     if (failure.name === "AbortError") generateStatus(`Stopped after ${generated.steps.length} tokens.`);
     else if (generated.steps.length) showGenerateError(failure, "The generation stopped midway (see below).");
@@ -146,7 +138,6 @@ async function runGenerate(event) {
     $("#run-generate").disabled = false;
     $("#stop-generate").disabled = true;
   }
-  if (generated.steps.length && !generated.promptTokens) await showPromptTokensAfterCut();
 }
 
 // The prompt's attention, asked for once: a prompt token's row is its row of the (h, n, n) weights of the same

@@ -112,8 +112,9 @@ def test_the_stream_carries_the_answers_steps_then_the_rest(client):
     assert response.headers["X-Accel-Buffering"] == "no" and response.headers["Cache-Control"] == "no-cache"
     found = events(response)
     whole = generate(client, body)
-    assert [name for name, _ in found] == ["token"] * 6 + ["done"]
-    assert [data for _, data in found[:-1]] == whole.pop("steps")
+    assert [name for name, _ in found] == ["prompt"] + ["token"] * 6 + ["done"]
+    assert found[0][1] == {"tokens": whole["tokens"], "token_ids": whole["token_ids"]}  # before anything runs
+    assert [data for _, data in found[1:-1]] == whole.pop("steps")
     assert found[-1][1] == whole
 
 
@@ -129,7 +130,7 @@ def test_an_error_midway_is_an_error_event(client, monkeypatch):
     monkeypatch.setattr(attention.Llama, "step", failing)
     response = client.post(URL, json={"prompt": "Once upon a time", "max_new_tokens": 4, "stream": True})
     found = events(response)
-    assert [name for name, _ in found] == ["token", "error"]
+    assert [name for name, _ in found] == ["prompt", "token", "error"]
     assert found[-1][1]["status"] == 422 and "overflow" in found[-1][1]["detail"]
 
 
