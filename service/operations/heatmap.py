@@ -23,7 +23,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 import orjson
 
-from service.operations.palette import DEFS, LUT, MASKED_LABEL, TEXT_LUT, ZERO_LABEL, legend, legend_width, scaled
+from service.operations.palette import DEFS, LUT, MASKED_LABEL, TEXT_LUT, legend, legend_width, scaled, zero_label
 from service.operations.svgtext import clean, display, num, text_width, wrap
 
 MAX_SHOWN_CHARS = 14  # longer labels are shortened on screen; the full text stays in the hover title
@@ -57,7 +57,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
                    row_titles: Sequence[str] | None = None, hidden: np.ndarray | None = None,
                    color_scale: str = "fixed", annotate: bool | None = None, decimals: int = 2,
                    quantity: str = "weight", axes: tuple[str, str] = (QUERIES, KEYS),
-                   hidden_labels: tuple[str, str] = (MASKED_LABEL, ZERO_LABEL)) -> str:
+                   hidden_labels: tuple[str, str] | None = None) -> str:
     """The SVG document of ``weights``: one panel (n_q, n_k), p panels (p, n_q, n_k) in rows as many as fit in
     1200 px, or r rows of c panels (r, c, n_q, n_k) (a stack: one row per layer, its heads along it).
 
@@ -71,7 +71,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     value in its cell with ``decimals`` decimals; None means "when the cells are large enough to read".
     ``quantity``: what the values are, as the legend names them (a weight; a norm, a flow). ``axes``: what the rows
     and the columns are (another table than queries x keys: a knockout's layers x heads); ``hidden_labels`` what the
-    legend says a hatched cell is, and a cell of the colour of 0.
+    legend says a hatched cell is, and a cell of the colour of 0 (default: masked, and the quantity ≈ 0).
     """
     written = np.ascontiguousarray(weights)                    # its dtype decides how a value is written
     n_q, n_k = written.shape[-2:]
@@ -116,6 +116,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     title_lines = wrap(display(title), width - 2 * MARGIN, TITLE, bold=True) if title else []
     settings_lines = wrap(" · ".join(settings), width - 2 * MARGIN, SETTINGS) if settings else []
     top = MARGIN + len(title_lines) * TITLE_LINE + len(settings_lines) * SETTINGS_LINE + (6 if title_lines else 0)
+    hidden_labels = hidden_labels or (MASKED_LABEL, zero_label(quantity))
     key, key_h = legend(width - legend_w, top, heading, ticks, bool(masked.any()), hidden_labels)
     height = top + max(panel_rows * (row_title_h + panel_h), key_h + MARGIN)
 

@@ -27,7 +27,15 @@ LEGEND, LEGEND_LINE = 11.0, 14.0  # type size and line height (px)
 LEGEND_TEXT_W = 124.0             # the legend's texts wrap at this width (px)
 BAR_W, BAR_H = 16.0, 150.0        # the colour bar (px)
 RIGHT = 12.0                      # px right of the legend: the picture's margin
-MASKED_LABEL, ZERO_LABEL = "masked: may not attend", "weight ≈ 0, not masked"
+MASKED_LABEL = "masked: may not attend"
+
+
+def zero_label(quantity: str) -> str:
+    """What the colour of 0 says beside the masked swatch, for the ``quantity`` drawn (a weight, a norm...)."""
+    return f"{quantity} ≈ 0, not masked"
+
+
+ZERO_LABEL = zero_label("weight")
 
 
 # The hatching of masked cells and the colour bar's gradient, referred to as url(#masked) and url(#scale).

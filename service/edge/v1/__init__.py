@@ -177,9 +177,12 @@ def heatmap_route(blp: Blueprint, operation: Operation) -> None:
         return svg_response(draw(operation, {**params, **path}, current_limits(), color_scale))
 
     view.__name__ = operation.name.replace("-", "_") + "_heatmap"
-    view.__doc__ = (f"{summary.rstrip('.')}: the heatmap of its weights.\n\nThe request of {operation.method} "
-                    f"/v1{operation.route}, answered by the SVG heatmap of its attention weights (one panel per "
-                    "head, batch item or layer, labelled with the tokens when given), as that operation answers "
+    drawn = ("its picture", "its own SVG picture (each part of its answer drawn, as its description says)") \
+        if operation.drawing.picture else ("the heatmap of its weights", "the SVG heatmap of its attention weights "
+                                           "(one panel per head, batch item or layer, labelled with the tokens when "
+                                           "given)")
+    view.__doc__ = (f"{summary.rstrip('.')}: {drawn[0]}.\n\nThe request of {operation.method} "
+                    f"/v1{operation.route}, answered by {drawn[1]}, as that operation answers "
                     f"`Accept: {SVG}`; return_weights, trace and decimals do not apply. At most max_heatmap_cells "
                     "cells (see GET /v1/limits).")
     example = examples.computed(operation, lambda params, limits: draw(operation, params, limits))

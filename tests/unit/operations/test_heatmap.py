@@ -84,6 +84,14 @@ def test_a_zero_is_coloured_as_0_and_only_hidden_cells_are_hatched():
     assert " ".join(legend_texts(root)).endswith(f"{MASKED_LABEL} {ZERO_LABEL}")
     written = [t.text for t in root.iter(SVG_NS + "text") if t.get("text-anchor") == "middle"]
     assert written == ["1.00", "0.50", "0.50", "0.20", "0.30", "0.50"]  # masked cells carry no number
+    norms = parse(render_heatmap(weights, hidden=hidden, quantity="norm"))
+    assert " ".join(legend_texts(norms)).endswith(f"{MASKED_LABEL} norm ≈ 0, not masked")  # what is drawn
+    table = parse(render_heatmap(weights, hidden=hidden, axes=("layers ↓", "heads →"),
+                                 hidden_labels=("not knocked out", "≈ 0: knocked out, changed nothing")))
+    assert " ".join(legend_texts(table)).endswith("not knocked out ≈ 0: knocked out, changed nothing")
+    assert [rect.find(SVG_NS + "title").text for rect in cells(table)][1] == "0 → 1: 0.0 (not knocked out)"
+    axes = [t.text for t in table.iter(SVG_NS + "text") if t.get("class") == "axis"]
+    assert axes == ["heads →", "layers ↓"]
 
 
 def test_hidden_broadcasts_over_the_panels():
