@@ -50,6 +50,11 @@ ERROR_RESPONSES = {
     503: ("NotReady", "The engine failed its self-test."),
 }
 BODY_ERRORS = (400, 413, 415, 422)
+# OpenAI's contract (/v1/chat/completions) answers every invalid request with a 400, its own shared response.
+OPENAI_INVALID = "InvalidOpenAIRequest"
+OPENAI_INVALID_TEXT = ("The body is not valid JSON, or a parameter is invalid or unsupported (n > 1, tools, "
+                       "response_format, logit_bias, penalties, an encoder): a problem naming it, with OpenAI's "
+                       "`error` object (`param`, `code`) beside it; a 400, not a 422, as OpenAI's clients expect.")
 # What every batch-jobs operation may answer besides its own errors (service/edge/v1/jobsgate.py).
 JOBS_RESPONSES = {
     501: ("JobsNotServed", "Batch jobs are not served by this deployment (ATTENTION_BATCH_JOBS=0, as a KServe "
@@ -193,7 +198,7 @@ def init_api(app: Flask) -> Api:
     plugin.converter.add_attribute_function(anyof2properties)
     problem = {"content": {PROBLEM_JSON: {"schema": Problem}}}
     for name, description in [*ERROR_RESPONSES.values(), *JOBS_RESPONSES.values(),
-                               ("Error", "Unexpected error (a bug).")]:
+                               (OPENAI_INVALID, OPENAI_INVALID_TEXT), ("Error", "Unexpected error (a bug).")]:
         api.spec.components.response(name, {"description": description, **problem}, lazy=True)
     register_error_handlers(app)
     return api

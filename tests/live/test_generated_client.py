@@ -147,6 +147,23 @@ def explained_cells(answer: dict[str, Any]) -> list[float]:
     return [value for part in parts for value in np.ravel(part).tolist()]
 
 
+def served_model(package: ModuleType, name: str, enum: str, suffix: str = "") -> dict[str, Any]:
+    """The path's model argument of operation ``name`` (its documented example's), when its path has one."""
+    served = OPERATIONS[name].path_example.get("model", DEFAULT_NAME)
+    return {"model": getattr(package.models, f"{enum}{suffix}Model")(served)} if enum else {}
+
+
+def json_call(model: str, path: str, name: str, enum: str = "") -> Call:
+    """The check of a compute operation's JSON answer: its documented answer to its example."""
+    def call_json(module: ModuleType, package: ModuleType, client: Any) -> None:
+        response = module.sync_detailed(client=client, body=body_of(package, model, examples.request(name)),
+                                        **served_model(package, name, enum))
+        assert response.status_code == 200
+        assert_close(response.parsed.to_dict(), documented(path), **EXAMPLE)  # the example: another process's digits
+
+    return call_json
+
+
 def json_and_svg(model: str, path: str, name: str, enum: str = "", drawn: Callable[[dict], list[float]] = flat_weights,
                  **raw_options: Any) -> tuple[Call, Call]:
     """The checks of a compute operation and its /heatmap: its documented answer, and the picture of its weights
@@ -154,25 +171,16 @@ def json_and_svg(model: str, path: str, name: str, enum: str = "", drawn: Callab
     A path's model is the documented example's."""
     served = OPERATIONS[name].path_example.get("model", DEFAULT_NAME)
 
-    def kwargs(package: ModuleType, suffix: str) -> dict[str, Any]:
-        return {"model": getattr(package.models, f"{enum}{suffix}Model")(served)} if enum else {}
-
-    def call_json(module: ModuleType, package: ModuleType, client: Any) -> None:
-        response = module.sync_detailed(client=client, body=body_of(package, model, examples.request(name)),
-                                        **kwargs(package, ""))
-        assert response.status_code == 200
-        assert_close(response.parsed.to_dict(), documented(path), **EXAMPLE)  # the example: another process's digits
-
     def call_svg(module: ModuleType, package: ModuleType, client: Any) -> None:
         response = module.sync_detailed(client=client, body=body_of(package, model, examples.request(name)),
-                                        **kwargs(package, "Heatmap"))
+                                        **served_model(package, name, enum, "Heatmap"))
         assert response.status_code == 200 and response.headers["content-type"].startswith("image/svg+xml")
         # unrounded weights: the picture ignores decimals
         raw = {key: value for key, value in examples.request(name).items() if key != "decimals"}
         answer = client.get_httpx_client().post(path.replace("{model}", served), json={**raw, **raw_options})
         assert cell_values(response.parsed) == drawn(answer.json())
 
-    return call_json, call_svg
+    return json_call(model, path, name, enum), call_svg
 
 
 def plain(path: str, **params: Any) -> Call:
@@ -404,6 +412,8 @@ CALLS: dict[str, Call] = {
     "post_v1_models_model_attention": MODEL, "post_v1_models_model_attention_heatmap": MODEL_SVG,
     "post_v1_models_model_generate": GENERATE, "post_v1_models_model_generate_heatmap": GENERATE_SVG,
     "post_v1_models_model_explain": EXPLAIN, "post_v1_models_model_explain_heatmap": EXPLAIN_SVG,
+    "post_v1_models_model_census": json_call("CensusRequest", "/v1/models/{model}/census", "census",
+                                             enum="PostV1ModelsModelCensus"),
     "post_v1_embed": embed,
     "get_v1_positional_encoding": plain("/v1/positional-encoding", **examples.request("positional-encoding")),
     "get_v1_causal_mask": plain("/v1/causal-mask", **examples.request("causal-mask")),

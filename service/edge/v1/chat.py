@@ -14,7 +14,7 @@ from schemas.chat import ChatCompletion, ChatCompletionRequest
 from service.edge.context import current_limits
 from service.edge.errors import handle_unexpected, problem_response
 from service.edge.examples import Computed
-from service.edge.smorest import Blueprint
+from service.edge.smorest import OPENAI_INVALID, Blueprint
 from service.edge.v1 import events_doc, events_response, examples
 from service.operations import chat
 from service.operations.catalogue import ModelNotFound
@@ -61,7 +61,8 @@ blp.register_error_handler(Exception, _openai_problem)
                       "then a token each as it is computed, then the finish reason; with `include_usage` a last one "
                       "with `choices: []` and `usage`), then `data: [DONE]`; a failure midway is "
                       "`data: {\"error\": ...}`."))
-@blp.documents(400, 404, 413, 415)  # an invalid request is a 400 here, as OpenAI's clients expect
+@blp.alt_response(400, response=OPENAI_INVALID)  # not a 422: OpenAI's clients expect a 400
+@blp.documents(404, 413, 415)
 def chat_completions(body: dict[str, Any]) -> Any:
     """Create a chat completion (OpenAI's contract).
 
