@@ -13,6 +13,7 @@ heatmap, occlusion as bars over the tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ import attention as engine
 from attention import interventions
 from service.operations import pretrained
 from service.operations.bars import render_bars
+from service.operations.catalogue import ServedModel
 from service.operations.heatmap import render_heatmap
 from service.operations.inputs import Result
 from service.operations.sizes import Along, Params
@@ -55,7 +57,7 @@ def plan(params: Params, found: pretrained.ModelInput, limits: Limits) -> Plan:
     return Plan(knock, positions, mask_id)
 
 
-def _heads(params: Params, model: Any, limits: Limits) -> list[tuple[int, int]]:
+def _heads(params: Params, model: ServedModel, limits: Limits) -> list[tuple[int, int]]:
     """``knock`` checked against the model (default every head), at most ``max_knockouts``."""
     config = model.config
     try:
@@ -93,7 +95,7 @@ def _occluded(params: Params, found: pretrained.ModelInput) -> tuple[np.ndarray,
     return inside[inside < last], None
 
 
-def rerun_tokens(model: Any, n: int, runs: Plan) -> int:
+def rerun_tokens(model: ServedModel, n: int, runs: Plan) -> int:
     """Tokens that the plan's runs take through a layer, each run's full run included: a knockout of a head of
     layer l re-runs layers l..L-1 for the n tokens, an occlusion the whole model for n (a decoder's n - 1) tokens;
     a decoder's next-token logits at the last position count as d_model * vocab / (a token's multiply-adds in a
@@ -161,7 +163,8 @@ def compute(params: Params, found: pretrained.ModelInput, runs: Plan) -> Result:
     return result
 
 
-def _measured(model: Any, shift: Any, shaped: Any) -> Result:
+def _measured(model: ServedModel, shift: engine.EncoderShift | engine.NextTokenShift,
+              shaped: Callable[[np.ndarray], Any]) -> Result:
     """The measures of ``shift`` (engine.EncoderShift or NextTokenShift), each ``shaped`` (a table, or as is)."""
     if not model.causal:
         return {"cosine_distance": shaped(shift.cosine_distance), "largest_change": shaped(shift.largest_change)}
@@ -169,7 +172,8 @@ def _measured(model: Any, shift: Any, shaped: Any) -> Result:
             "next_token": {"id": shift.full_top, "token": model.pretrained.tokenizer.decode([shift.full_top])}}
 
 
-def _table(model: Any, heads: list[tuple[int, int]], values: np.ndarray) -> np.ndarray | list[list[bool | None]]:
+def _table(model: ServedModel, heads: list[tuple[int, int]],
+           values: np.ndarray) -> np.ndarray | list[list[bool | None]]:
     """(K,) values of the knocked heads -> the model's (L, H) table: floats in their dtype with NaN (JSON null)
     where not knocked, booleans as lists with None."""
     config = model.config
