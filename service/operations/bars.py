@@ -13,7 +13,17 @@ from xml.sax.saxutils import escape
 import numpy as np
 import orjson
 
-from service.operations.heatmap import AXIS, FONT, MARGIN, MAX_SHOWN_CHARS, SETTINGS, SETTINGS_LINE, TITLE, TITLE_LINE
+from service.operations.heatmap import (
+    AXIS,
+    FONT,
+    MARGIN,
+    MAX_SHOWN_CHARS,
+    SETTINGS,
+    SETTINGS_LINE,
+    TITLE,
+    TITLE_LINE,
+    title_block,
+)
 from service.operations.palette import LUT
 from service.operations.svgtext import clean, display, num, text_width, wrap
 
@@ -48,15 +58,7 @@ def render_bars(values: np.ndarray, labels: Sequence[str], *, title: str, settin
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {num(width)} {num(height)}" '
              f'width="{num(width)}" height="{num(height)}" font-family="{FONT}">',
              f"<title>{clean(title)}</title>", '<rect width="100%" height="100%" fill="#fff"/>']
-    y = MARGIN
-    for line in title_lines:
-        y += TITLE_LINE
-        parts.append(f'<text class="title" x="{num(MARGIN)}" y="{num(y - 5)}" font-size="{num(TITLE)}" '
-                     f'font-weight="600" fill="#111">{escape(line)}</text>')
-    for line in settings_lines:
-        y += SETTINGS_LINE
-        parts.append(f'<text class="settings" x="{num(MARGIN)}" y="{num(y - 4)}" font-size="{num(SETTINGS)}" '
-                     f'fill="#444">{escape(line)}</text>')
+    parts += title_block(title_lines, settings_lines)
     parts.append(f'<text class="axis" x="{num(x0)}" y="{num(base - PLOT_H - 8)}" font-size="{num(AXIS)}" '
                  f'fill="#555">{escape(quantity)} ↑</text>')
     for q, tick in zip((0, 0.5, 1), ticks, strict=True):

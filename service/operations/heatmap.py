@@ -138,15 +138,7 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
         *DEFS,
         '<rect width="100%" height="100%" fill="#fff"/>',
     ]
-    y = MARGIN
-    for line in title_lines:
-        y += TITLE_LINE
-        parts.append(f'<text class="title" x="{num(MARGIN)}" y="{num(y - 5)}" font-size="{num(TITLE)}" '
-                     f'font-weight="600" fill="#111">{escape(line)}</text>')
-    for line in settings_lines:
-        y += SETTINGS_LINE
-        parts.append(f'<text class="settings" x="{num(MARGIN)}" y="{num(y - 4)}" font-size="{num(SETTINGS)}" '
-                     f'fill="#444">{escape(line)}</text>')
+    parts += title_block(title_lines, settings_lines)
     for i_panel in range(p):
         x0 = (i_panel % columns) * panel_w + MARGIN
         y0 = top + (i_panel // columns) * (row_title_h + panel_h) + row_title_h
@@ -192,6 +184,20 @@ def render_heatmap(weights: np.ndarray, *, row_labels: Sequence[str] | None = No
     parts.extend(key)
     parts.append("</svg>\n")
     return "\n".join(parts)  # one element per line: readable when saved or shown as an example
+
+
+def title_block(title_lines: Sequence[str], settings_lines: Sequence[str]) -> list[str]:
+    """The texts at the top of a picture, from its margin down: the title's wrapped lines, then the settings'."""
+    parts, y = [], MARGIN
+    for line in title_lines:
+        y += TITLE_LINE
+        parts.append(f'<text class="title" x="{num(MARGIN)}" y="{num(y - 5)}" font-size="{num(TITLE)}" '
+                     f'font-weight="600" fill="#111">{escape(line)}</text>')
+    for line in settings_lines:
+        y += SETTINGS_LINE
+        parts.append(f'<text class="settings" x="{num(MARGIN)}" y="{num(y - 4)}" font-size="{num(SETTINGS)}" '
+                     f'fill="#444">{escape(line)}</text>')
+    return parts
 
 
 SHARED_DEFS = "\n".join(DEFS)  # as render_heatmap writes them, one line each
