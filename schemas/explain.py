@@ -90,22 +90,23 @@ class NextToken(Schema):
     token = fields.String(required=True)
 
 
-def _shift_fields(shape: str, what: str) -> dict[str, fields.Field]:
-    """The measures of how far each run moved the answer, as tensors of ``shape`` (``what`` a cell is)."""
-    table = shape == "(L, H)"
+def _shift_fields(table: bool, what: str) -> dict[str, fields.Field]:
+    """The measures of how far each run moved the answer: a knockout's (L, H) ``table`` (null where a head was not
+    knocked out), or an occlusion's (P,) values; ``what`` a run was without."""
+    shape, rank = ("(L, H)", 2) if table else ("(P,)", 1)
     empty = ", null where that head was not knocked out" if table else ""
     return {
-        "cosine_distance": Tensor(ranks=(shape.count(",") + 1,), null_leaves=table, metadata={
+        "cosine_distance": Tensor(ranks=(rank,), null_leaves=table, metadata={
             "description": f"An encoder's: {shape}{empty}: 1 - cos between the mean-pooled sentence embeddings (the "
                            f"last hidden state's mean over every position, [CLS] and [SEP] included) of the full "
                            f"run and of the run without {what}."}),
-        "largest_change": Tensor(ranks=(shape.count(",") + 1,), null_leaves=table, metadata={
+        "largest_change": Tensor(ranks=(rank,), null_leaves=table, metadata={
             "description": f"An encoder's: {shape}{empty}: the largest L2 norm, over positions, of the change of a "
                            f"position's last hidden state without {what}."}),
-        "kl": Tensor(ranks=(shape.count(",") + 1,), null_leaves=table, metadata={
+        "kl": Tensor(ranks=(rank,), null_leaves=table, metadata={
             "description": f"A decoder's: {shape}{empty}: KL(p_full || p_run) in nats between the next-token "
                            f"distributions at the last position, with and without {what}."}),
-        "top_changed": BoolTensor(ranks=(shape.count(",") + 1,), null_leaves=table, metadata={
+        "top_changed": BoolTensor(ranks=(rank,), null_leaves=table, metadata={
             "description": f"A decoder's: {shape}{empty}: whether the most likely next token changed without "
                            f"{what}."}),
         "next_token": fields.Nested(NextToken, metadata={
@@ -116,11 +117,11 @@ def _shift_fields(shape: str, what: str) -> dict[str, fields.Field]:
 Knockout = Schema.from_dict({
     "heads": fields.List(fields.List(fields.Integer()), required=True, metadata={
         "description": "The heads knocked out, [layer, head], in the order asked."}),
-    **_shift_fields("(L, H)", "that head")}, name="Knockout")
+    **_shift_fields(True, "that head")}, name="Knockout")
 Occlusion = Schema.from_dict({
     "positions": fields.List(fields.Integer(), required=True, metadata={
         "description": "The positions occluded, one run each, in increasing order (indices into tokens)."}),
-    **_shift_fields("(P,)", "that token")}, name="Occlusion")
+    **_shift_fields(False, "that token")}, name="Occlusion")
 
 
 class ExplainResponse(Schema):

@@ -46,16 +46,6 @@ def loops_over(attentions_of, encodings, separators: bool) -> tuple[dict, dict]:
     return sums, counts
 
 
-@pytest.fixture
-def never_computed(monkeypatch):
-    """The engine call of a census fails the test: what is refused is refused before computing."""
-    class Computed:
-        def __init__(self, *args, **kwargs):
-            raise AssertionError("computed a request that its limits refuse")
-
-    monkeypatch.setattr(census_op, "EngineCall", Computed)
-
-
 # --- the numbers ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
