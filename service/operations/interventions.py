@@ -87,12 +87,17 @@ def _occluded(params: Params, found: pretrained.ModelInput) -> tuple[np.ndarray,
         return interventions.occludable(encoding.special), mask_id
     last = len(encoding.tokens) - 1  # the token that predicts: never removed
     if "messages" not in params:
-        return np.arange(last), None
-    try:
-        inside = tokenizer.chat_positions(params["messages"])
-    except engine.AttentionError as exc:
-        raise ValidationProblem.at(pointer(*exc.argument.split("/")), exc.detail) from None
-    return inside[inside < last], None
+        positions = np.arange(last)
+    else:
+        try:
+            inside = tokenizer.chat_positions(params["messages"])
+        except engine.AttentionError as exc:
+            raise ValidationProblem.at(pointer(*exc.argument.split("/")), exc.detail) from None
+        positions = inside[inside < last]
+    if not len(positions):  # one token: it predicts, nothing before it to remove
+        raise ValidationProblem.at(pointer("methods", params["methods"].index("occlusion")),
+                                   "occlusion removes a token before the last; this prompt has none.")
+    return positions, None
 
 
 def rerun_tokens(model: ServedModel, n: int, runs: Plan) -> int:

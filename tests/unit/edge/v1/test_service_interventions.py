@@ -125,6 +125,12 @@ def test_a_bad_request_is_a_422_at_its_member(client, never_computed, body, poin
     assert_problem(client.post(URL, json={"text": TEXT, **body}), 422, *pointers)
 
 
+def test_a_one_token_prompt_has_nothing_to_occlude(client, never_computed):
+    body = {"text": "Hello", "methods": ["rollout", "occlusion"]}
+    refused = assert_problem(client.post(DECODER_URL, json=body), 422, "/methods/1")
+    assert "has none" in refused["detail"]
+
+
 def test_the_toy_encoder_offers_no_intervention(client):
     body = {"embeddings": [[[0.0, 1.0], [1.0, 0.0]]], "n_heads": 1, "methods": ["knockout"]}
     assert_problem(client.post("/v1/encoder", json=body), 422, "/methods/0")
